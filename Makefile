@@ -1,0 +1,51 @@
+# Two entry points do all set-up on a fresh machine: `make demo` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: all venv host-deps demo test lint unit integration bench sim-down clean
+
+all: venv
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || \
+	  { echo "Python 3.11 is required (found $$($(PYTHON) --version))"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -r requirements.txt
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
+	@touch $@
+
+host-deps:
+	@tools/bin/host-deps
+
+demo: venv host-deps
+	$(BIN)/a3rl demo --nodes 2
+
+lint: venv
+	$(BIN)/yamllint -s .
+	$(BIN)/ansible-lint
+	$(BIN)/ruff check tools tests bench
+
+unit: venv
+	$(BIN)/pytest -q tests/unit
+
+integration: venv host-deps
+	$(BIN)/pytest -q tests/integration
+
+test: venv host-deps
+	$(MAKE) --no-print-directory lint
+	$(BIN)/pytest -q tests/unit tests/integration
+
+bench: venv host-deps
+	$(BIN)/python bench/sim_up.py
+
+sim-down: venv
+	$(BIN)/a3rl sim down
+
+clean: sim-down
+	rm -rf .cache runs

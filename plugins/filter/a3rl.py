@@ -1,0 +1,18 @@
+"""Ansible filters backed by the ``a3rl`` package (logic and its tests live there)."""
+
+from __future__ import annotations
+
+from a3rl import preflight
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "a3rl_topology_problems": preflight.topology_problems,
+            "a3rl_nic_for_ip": preflight.nic_for_ip,
+            "a3rl_nic_problems": preflight.nic_problems,
+            "a3rl_npu_device_problems": preflight.npu_device_problems,
+            "a3rl_disk_problems": preflight.disk_problems,
+            "a3rl_parse_df": preflight.parse_df,
+            "a3rl_os_problems": preflight.os_problems,
+        }

@@ -1,0 +1,66 @@
+"""`a3rl sim up` reuses what it can and `a3rl sim down` leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+
+from a3rl.cli import main
+from a3rl.sim import cluster, podman
+from a3rl.sim.image import ImageSpec
+
+NAME = "pytest-life"
+
+
+def _ids() -> list[str]:
+    return sorted(c["Id"] for c in podman.containers(f"{cluster.LABEL}={NAME}"))
+
+
+def test_up_status_reuse_down(capsys):
+    assert main(["sim", "up", "--name", NAME, "--nodes", "1"]) == 0
+    first = _ids()
+    assert len(first) == 1
+    c = cluster.Cluster(NAME, 1, cluster.default_subnet(NAME))
+    assert (c.inventory_dir / "hosts.yml").is_file()
+    assert c.known_hosts.read_text().count(c.members()[0].ip) == 3  # rsa, ecdsa, ed25519
+
+    # A second up changes nothing: same containers, image reused, not rebuilt.
+    capsys.readouterr()
+    assert main(["sim", "up", "--name", NAME, "--nodes", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "reused" in out and "building" not in out
+    assert _ids() == first
+
+    assert main(["sim", "status", "--name", NAME]) == 0
+    assert "node1" in capsys.readouterr().out
+
+    # The NPU-health knob reaches the node through its bind-mounted config.
+    assert main(["sim", "npu-health", "--name", NAME, "--node", "node1", "--npu", "3"]) == 0
+    knob = podman.exec_(c.members()[0].container, "cat", "/etc/a3rl-sim/npu-health").stdout
+    assert "3 Critical" in knob
+
+    assert main(["sim", "down", "--name", NAME]) == 0
+    assert _ids() == []
+    assert podman.networks(f"{cluster.LABEL}={NAME}") == []
+    assert not c.state.exists()
+    assert not c.inventory_dir.exists()
+    # The image is a cache, kept for the next up.
+    assert podman.image_exists(ImageSpec().ref)
+    # And status says so, with a non-zero exit for scripts.
+    assert main(["sim", "status", "--name", NAME]) == 1
+
+
+def test_up_replaces_a_stale_cluster_of_another_size():
+    try:
+        assert main(["sim", "up", "--name", NAME, "--nodes", "1"]) == 0
+        # Simulate a crash that left one node stopped: the next up must not reuse it.
+        podman.run(["stop", "-t", "1", f"a3rl-{NAME}-node1"])
+        assert main(["sim", "up", "--name", NAME, "--nodes", "2"]) == 0
+        states = {c["Names"][0]: c["State"] for c in podman.containers(f"{cluster.LABEL}={NAME}")}
+        assert states == {f"a3rl-{NAME}-node1": "running", f"a3rl-{NAME}-node2": "running"}
+        rows = cluster.status(NAME)
+        assert [r["npus"] for r in rows] == [16, 16]
+        assert all(r["ssh"] for r in rows)
+    finally:
+        main(["sim", "down", "--name", NAME])
+    leftovers = podman.run(["ps", "-a", "--format", "json"]).stdout
+    assert f"a3rl-{NAME}" not in json.dumps(json.loads(leftovers or "[]"))

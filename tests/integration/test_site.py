@@ -1,0 +1,110 @@
+"""site.yml on a 2-node simulated cluster: it passes, it is idempotent, and preflight
+refuses bad input with a clear message before anything on any node changes."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from a3rl.sim import podman
+
+from .conftest import failure_text, mark, play, snapshot
+
+
+def test_site_passes_and_second_run_changes_nothing(sim):
+    first = play("site.yml", sim.inventory_dir)
+    assert first.ok, failure_text(first)
+    assert set(first.stats["ok"]) == {"node1", "node2"}
+    second = play("site.yml", sim.inventory_dir)
+    assert second.ok, failure_text(second)
+    assert second.changed == 0, second.stats["changed"]
+
+
+def test_site_in_check_mode(sim):
+    result = play("site.yml", sim.inventory_dir, check=True)
+    assert result.ok, failure_text(result)
+    assert result.changed == 0
+
+
+def test_preflight_records_the_derived_nic(sim):
+    result = play("playbooks/preflight.yml", sim.inventory_dir)
+    assert result.ok, failure_text(result)
+    events = (result.record / "artifacts").rglob("job_events/*.json")
+    text = "\n".join(p.read_text() for p in events)
+    assert "cluster NIC eth0 (" + sim.members()[1].ip + ")" in text
+
+
+def _two_heads(groups):
+    groups["head"]["hosts"].update(groups["workers"]["hosts"])
+
+
+def _duplicate_ip(groups):
+    node1_ip = groups["head"]["hosts"]["node1"]["cluster_ip"]
+    groups["workers"]["hosts"]["node2"]["cluster_ip"] = node1_ip
+
+
+def _wrong_nic(groups):
+    groups["workers"]["hosts"]["node2"]["cluster_nic"] = "lo"
+
+
+BAD_INVENTORIES = {
+    "two heads": (_two_heads,
+                  "the 'head' group must hold exactly one host (found 2: node1, node2)"),
+    "duplicate IP": (_duplicate_ip, "node2: cluster_ip 10.213."),
+    "wrong NIC": (_wrong_nic, "node2: cluster_nic lo does not hold cluster_ip"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INVENTORIES))
+def test_preflight_refuses_bad_inventory_without_changes(sim, inventory_copy, case):
+    edit, expected = BAD_INVENTORIES[case]
+    inv = inventory_copy[1](edit)
+    before = mark(sim)
+    result = play("site.yml", inv)
+    assert not result.ok
+    assert expected in failure_text(result)
+    assert "Fix:" in failure_text(result)
+    assert result.changed == 0
+    assert snapshot(sim) == before
+
+
+def test_preflight_refuses_missing_device_without_changes(sim):
+    node2 = sim.members()[1]
+    podman.exec_(node2.container, "rm", "/dev/davinci7")
+    try:
+        before = mark(sim)
+        result = play("site.yml", sim.inventory_dir)
+        assert not result.ok
+        text = failure_text(result)
+        assert "node2: found 15 NPU devices, expected npus_per_node=16" in text
+        assert "/dev/davinci7" in text
+        assert "node1" not in text.split("|")[0]
+        assert result.changed == 0
+        assert snapshot(sim) == before
+    finally:
+        podman.exec_(node2.container, "systemctl", "restart", "a3rl-sim-devices.service")
+    assert play("site.yml", sim.inventory_dir).ok
+
+
+def test_preflight_refuses_unknown_host_key(sim, inventory_copy, tmp_path: Path):
+    """Host keys are checked: a node whose recorded key is wrong is refused."""
+    inv, _ = inventory_copy
+    node2 = sim.members()[1]
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "k")],
+                   check=True)
+    forged = (tmp_path / "k.pub").read_text().split()[:2]
+    lines = [ln for ln in sim.known_hosts.read_text().splitlines()
+             if not ln.startswith(node2.ip + " ")]
+    lines.append(f"{node2.ip} {forged[0]} {forged[1]}")
+    known = tmp_path / "known_hosts"
+    known.write_text("\n".join(lines) + "\n")
+    gv = inv / "group_vars" / "a3_nodes.yml"
+    gv.write_text(gv.read_text().replace(str(sim.known_hosts), str(known)))
+    result = play("site.yml", inv,
+                  extra_env={"ANSIBLE_SSH_CONTROL_PATH_DIR": str(tmp_path / "cp")})
+    assert not result.ok
+    text = failure_text(result)
+    assert "node2: unreachable over SSH" in text
+    assert "host key" in text.lower()

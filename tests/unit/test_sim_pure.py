@@ -1,0 +1,83 @@
+"""Simulator pieces that need no containers: image identity, addressing, inventory."""
+
+from __future__ import annotations
+
+import ipaddress
+import shutil
+from pathlib import Path
+
+import yaml
+
+from a3rl.sim import cluster, inventory
+from a3rl.sim.image import FILES, NODE_REQUIREMENTS, ImageSpec
+
+
+def _spec_copy(tmp_path: Path) -> ImageSpec:
+    files = tmp_path / "files"
+    shutil.copytree(FILES, files)
+    req = tmp_path / "req.txt"
+    req.write_text(NODE_REQUIREMENTS.read_text())
+    return ImageSpec(files_root=files, requirements=req)
+
+
+def test_image_digest_is_stable_and_content_addressed(tmp_path):
+    spec = _spec_copy(tmp_path)
+    assert spec.digest() == _spec_copy(tmp_path / "again").digest()
+    assert spec.digest() == ImageSpec().digest()  # same content as the real inputs
+    before = spec.digest()
+    (spec.files_root / "etc/a3rl-sim/README").write_text("changed\n")
+    assert spec.digest() != before
+
+
+def test_image_digest_follows_pins_and_packages_not_mirror(tmp_path):
+    spec = _spec_copy(tmp_path)
+    base = spec.digest()
+    assert ImageSpec(files_root=spec.files_root, requirements=spec.requirements,
+                     mirror="http://elsewhere/debian").digest() == base
+    assert ImageSpec(files_root=spec.files_root, requirements=spec.requirements,
+                     packages=("python3",)).digest() != base
+    pins = spec.requirements.read_text()
+    spec.requirements.write_text(pins.replace("ray==2.48.0", "ray==2.47.1"))
+    assert spec.digest() != base
+
+
+def test_ray_pinned_at_recipe_version():
+    pins = [ln for ln in NODE_REQUIREMENTS.read_text().splitlines()
+            if ln and not ln.startswith("#")]
+    assert "ray==2.48.0" in pins
+    assert all("==" in p for p in pins)
+
+
+def test_subnets_stable_and_distinct():
+    assert cluster.default_subnet("sim") == "10.213.0.0/24"
+    assert cluster.default_subnet("a") == cluster.default_subnet("a")
+    nets = {cluster.default_subnet(n) for n in ("pytest", "pytest-life", "bench")}
+    assert len(nets) == 3
+    for n in nets:
+        assert ipaddress.ip_network(n).subnet_of(ipaddress.ip_network("10.213.0.0/16"))
+
+
+def test_members_addresses_and_names():
+    c = cluster.Cluster("x", 3, "10.213.9.0/24")
+    assert [(m.hostname, m.ip, m.container) for m in c.members()] == [
+        ("node1", "10.213.9.11", "a3rl-x-node1"),
+        ("node2", "10.213.9.12", "a3rl-x-node2"),
+        ("node3", "10.213.9.13", "a3rl-x-node3"),
+    ]
+
+
+def test_inventory_has_the_real_inventories_groups(tmp_path, monkeypatch):
+    monkeypatch.setattr(cluster, "sim_dir", lambda: tmp_path)
+    c = cluster.Cluster("inv", 3, "10.213.9.0/24")
+    inventory.write(c, c.members())
+    hosts = yaml.safe_load((c.inventory_dir / "hosts.yml").read_text())
+    groups = hosts["all"]["children"]["a3_nodes"]["children"]
+    assert list(groups["head"]["hosts"]) == ["node1"]
+    assert list(groups["workers"]["hosts"]) == ["node2", "node3"]
+    assert groups["workers"]["hosts"]["node3"] == {"ansible_host": "10.213.9.13",
+                                                   "cluster_ip": "10.213.9.13"}
+    real = yaml.safe_load(Path("inventory/a3_16/hosts.yml").read_text())
+    assert set(real["all"]["children"]["a3_nodes"]["children"]) == set(groups)
+    gv = yaml.safe_load((c.inventory_dir / "group_vars/a3_nodes.yml").read_text())
+    assert f"UserKnownHostsFile={c.known_hosts}" in gv["ansible_ssh_common_args"]
+    assert "StrictHostKeyChecking=yes" in gv["ansible_ssh_common_args"]

@@ -1,0 +1,203 @@
+"""Preflight checks on the inventory and on each node's facts.
+
+Pure functions over plain data (Ansible hands them in through the filter plugin
+``plugins/filter/a3rl.py``), so each rule is unit-tested without a cluster. Every
+function returns a list of problems; each problem names the host and says the fix.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+CLUSTER_GROUPS = ("head", "workers")
+
+
+def topology_problems(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Any],
+                      parent: str = "a3_nodes") -> list[str]:
+    """Exactly one head; every node is the head or a worker; cluster IPs valid and unique."""
+    problems: list[str] = []
+    nodes = list(groups.get(parent, []))
+    heads = list(groups.get("head", []))
+    workers = set(groups.get("workers", []))
+    if not nodes:
+        return [f"inventory: the group '{parent}' is empty or missing. Fix: put the nodes under "
+                f"'{parent}' with children 'head' (one host) and 'workers'."]
+    if len(heads) != 1:
+        found = ", ".join(heads) if heads else "none"
+        problems.append(
+            f"inventory: the 'head' group must hold exactly one host (found {len(heads)}: "
+            f"{found}). Fix: keep one host under 'head' and move the others to 'workers'."
+        )
+    for h in heads:
+        if h in workers:
+            problems.append(f"{h}: is in both 'head' and 'workers'. Fix: remove it from 'workers'.")
+    for h in nodes:
+        if h not in workers and h not in heads:
+            problems.append(f"{h}: is in '{parent}' but in neither 'head' nor 'workers'. "
+                            "Fix: add it to 'workers'.")
+    seen_ip: dict[str, str] = {}
+    seen_addr: dict[str, str] = {}
+    for h in nodes:
+        hv = hostvars[h]
+        ip = hv.get("cluster_ip")
+        if not ip:
+            problems.append(f"{h}: has no 'cluster_ip'. Fix: set cluster_ip to the IPv4 address "
+                            "of its cluster NIC in the inventory.")
+            continue
+        try:
+            ipaddress.IPv4Address(str(ip))
+        except ValueError:
+            problems.append(f"{h}: cluster_ip '{ip}' is not an IPv4 address. Fix: set it to "
+                            "the address of the node's cluster NIC.")
+            continue
+        if str(ip) in seen_ip:
+            problems.append(f"{h}: cluster_ip {ip} is also the cluster_ip of {seen_ip[str(ip)]}. "
+                            "Fix: give each node its own address.")
+        else:
+            seen_ip[str(ip)] = h
+        addr = str(hv.get("ansible_host") or h)
+        if addr in seen_addr:
+            problems.append(f"{h}: ansible_host {addr} is also used by {seen_addr[addr]}: two "
+                            "inventory entries would reach one machine. Fix: correct ansible_host.")
+        else:
+            seen_addr[addr] = h
+    return problems
+
+
+def _interfaces(facts: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, Any]]]:
+    for name in facts.get("interfaces", []):
+        data = facts.get(name.replace("-", "_")) or facts.get(name)
+        if isinstance(data, Mapping):
+            yield data.get("device", name), data
+
+
+def interface_addresses(facts: Mapping[str, Any]) -> dict[str, list[str]]:
+    """IPv4 addresses per interface, primary first, from gathered network facts."""
+    out: dict[str, list[str]] = {}
+    for name, data in _interfaces(facts):
+        addrs = []
+        primary = data.get("ipv4")
+        if isinstance(primary, Mapping) and primary.get("address"):
+            addrs.append(primary["address"])
+        for sec in data.get("ipv4_secondaries") or []:
+            if sec.get("address"):
+                addrs.append(sec["address"])
+        if addrs:
+            out[name] = addrs
+    return out
+
+
+def nic_for_ip(facts: Mapping[str, Any], ip: str) -> str | None:
+    """The interface that holds ``ip``, or None."""
+    for name, addrs in interface_addresses(facts).items():
+        if ip in addrs:
+            return name
+    return None
+
+
+def nic_problems(host: str, facts: Mapping[str, Any], cluster_ip: str,
+                 cluster_nic: str | None = None) -> list[str]:
+    """The cluster IP must be on a NIC of the node, and on the named NIC when one is named."""
+    holder = nic_for_ip(facts, cluster_ip)
+    addrs = interface_addresses(facts)
+    listing = ", ".join(f"{n}={'/'.join(a)}" for n, a in sorted(addrs.items()) if n != "lo")
+    if holder is None:
+        return [f"{host}: cluster_ip {cluster_ip} is not on any interface of the node "
+                f"(it has {listing or 'no IPv4 addresses'}). Fix: set cluster_ip to one of "
+                "these, or configure the address on the cluster NIC."]
+    if cluster_nic and cluster_nic != holder:
+        where = (f"{cluster_nic} has {'/'.join(addrs[cluster_nic])}"
+                 if cluster_nic in addrs else f"{cluster_nic} does not exist or has no IPv4")
+        return [f"{host}: cluster_nic {cluster_nic} does not hold cluster_ip {cluster_ip} "
+                f"({where}; the address is on {holder}). Fix: set cluster_nic: {holder}, or "
+                "remove cluster_nic and let preflight derive it."]
+    return []
+
+
+def npu_device_problems(host: str, paths: Iterable[str], npus_per_node: int,
+                        management: Sequence[str]) -> list[str]:
+    """``/dev/davinci0..N-1`` and the management devices must all exist, and no more NPUs."""
+    names = {p.rsplit("/", 1)[-1] for p in paths}
+    found = sorted(int(n[len("davinci"):]) for n in names
+                   if n.startswith("davinci") and n[len("davinci"):].isdigit())
+    problems = []
+    missing = [i for i in range(npus_per_node) if i not in found]
+    if missing or len(found) != npus_per_node:
+        miss = ", ".join(f"/dev/davinci{i}" for i in missing) or "none"
+        problems.append(
+            f"{host}: found {len(found)} NPU devices, expected npus_per_node={npus_per_node} "
+            f"(missing: {miss}). Fix: check the NPUs with `npu-smi info` and the driver "
+            "installation, or correct npus_per_node for this node."
+        )
+    absent = [m for m in management if m not in names]
+    if absent:
+        problems.append(f"{host}: management device(s) missing: "
+                        + ", ".join(f"/dev/{m}" for m in absent)
+                        + ". Fix: (re)install the Ascend driver on this node.")
+    return problems
+
+
+def parse_df(output: str) -> list[dict[str, Any]]:
+    """Mounts from ``df -P -B1`` output, in the shape of Ansible's mount facts.
+
+    Read from df rather than from the mount facts because those leave out the root of a
+    container (an overlay), where the simulator's nodes keep most of their files.
+    """
+    mounts = []
+    for line in output.splitlines()[1:]:
+        parts = line.split(None, 5)
+        if len(parts) == 6 and parts[3].isdigit():
+            mounts.append({"device": parts[0], "size_total": int(parts[1]),
+                           "size_available": int(parts[3]), "mount": parts[5]})
+    return mounts
+
+
+def mount_for(mounts: Sequence[Mapping[str, Any]], path: str) -> Mapping[str, Any] | None:
+    """The mount that holds ``path`` (the longest mount point that is a prefix of it)."""
+    best = None
+    for m in mounts:
+        mp = m.get("mount", "")
+        if path == mp or path.startswith(mp.rstrip("/") + "/") or mp == "/":
+            if best is None or len(mp) > len(best.get("mount", "")):
+                best = m
+    return best
+
+
+def disk_problems(host: str, mounts: Sequence[Mapping[str, Any]],
+                  requirements: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Free space per filesystem against the sum of what the stages will write there."""
+    need: dict[str, tuple[Mapping[str, Any], float, list[str]]] = {}
+    for req in requirements:
+        m = mount_for(mounts, str(req["path"]))
+        if m is None:
+            return [f"{host}: no filesystem found for {req['path']}. Fix: mount one there."]
+        _, total, whats = need.get(m["mount"], (m, 0.0, []))
+        need[m["mount"]] = (m, total + float(req["min_free_gb"]),
+                            [*whats, f"{req['path']} ({req.get('what', '')})"])
+    problems = []
+    for mp, (m, gb, whats) in need.items():
+        free_gb = m.get("size_available", 0) / 1024**3
+        if free_gb < gb:
+            problems.append(
+                f"{host}: filesystem {mp} has {free_gb:.1f} GB free, {gb:.0f} GB needed for "
+                + "; ".join(whats) + ". Fix: free space there, or mount a larger disk."
+            )
+    return problems
+
+
+def os_problems(host: str, facts: Mapping[str, Any], distributions: Sequence[str],
+                architectures: Sequence[str]) -> list[str]:
+    problems = []
+    dist = facts.get("distribution", "?")
+    arch = facts.get("architecture", "?")
+    if dist not in distributions:
+        problems.append(f"{host}: OS {dist} {facts.get('distribution_version', '')} is not "
+                        f"supported (supported: {', '.join(distributions)}). Fix: install one "
+                        "of them on the node.")
+    if arch not in architectures:
+        problems.append(f"{host}: architecture {arch} is not supported here (supported: "
+                        f"{', '.join(architectures)}). Fix: Atlas A3 nodes are aarch64; check "
+                        "that the inventory points at the right machine.")
+    return problems

@@ -1,0 +1,110 @@
+"""Run a play through ansible-runner and keep a record of it.
+
+Plain ``ansible-playbook`` stays the reference way to run every play; this is the same
+run with its events kept under ``runs/<timestamp>-<play>/`` and a summary at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from a3rl.paths import project_root
+
+
+@dataclass
+class PlayResult:
+    play: str
+    rc: int
+    status: str
+    record: Path
+    command: str
+    stats: dict[str, dict[str, int]] = field(default_factory=dict)
+    failures: list[tuple[str, str, str]] = field(default_factory=list)  # host, task, msg
+    seconds: float = 0.0
+
+    @property
+    def changed(self) -> int:
+        return sum(self.stats.get("changed", {}).values())
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+
+def equivalent_command(playbook: str, inventory: Path, extravars: dict, check: bool) -> str:
+    cmd = ["ansible-playbook", playbook, "-i", str(inventory)]
+    for k, v in extravars.items():
+        cmd += ["-e", f"{k}={v}"]
+    if check:
+        cmd.append("--check")
+    return shlex.join(cmd)
+
+
+def run_play(
+    playbook: str,
+    inventory: Path,
+    extravars: dict | None = None,
+    check: bool = False,
+    quiet: bool = False,
+    extra_env: dict[str, str] | None = None,
+) -> PlayResult:
+    import ansible_runner  # imported late: `a3rl sim` does not need it
+
+    root = project_root()
+    extravars = extravars or {}
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    record = root / "runs" / f"{stamp}-{Path(playbook).stem}"
+    record.mkdir(parents=True, exist_ok=True)
+    cmdline = "--check" if check else ""
+    # ansible-runner starts `ansible-playbook` from PATH: make it this venv's.
+    bindir = str(Path(sys.executable).parent)
+    env = {
+        "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
+        "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
+        # ansible-runner turns host-key checking off unless told otherwise; we never do.
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+    }
+    env.update(extra_env or {})
+    if not os.isatty(1):
+        env["ANSIBLE_NOCOLOR"] = "1"
+    failures: list[tuple[str, str, str]] = []
+
+    def on_event(event: dict) -> bool:
+        if event.get("event") in ("runner_on_failed", "runner_on_unreachable"):
+            data = event.get("event_data", {})
+            if not data.get("ignore_errors"):
+                res = data.get("res", {})
+                failures.append((data.get("host", "?"), data.get("task", "?"),
+                                 str(res.get("msg") or res.get("stderr") or res)[:2000]))
+        return True
+
+    t0 = time.monotonic()
+    r = ansible_runner.run(
+        private_data_dir=str(record),
+        project_dir=str(root),
+        playbook=playbook,
+        inventory=str(inventory.resolve()),
+        extravars=extravars,
+        cmdline=cmdline or None,
+        envvars=env,
+        quiet=quiet,
+        event_handler=on_event,
+        rotate_artifacts=0,
+    )
+    result = PlayResult(
+        play=playbook,
+        rc=r.rc,
+        status=r.status,
+        record=record,
+        command=equivalent_command(playbook, inventory, extravars, check),
+        stats=r.stats or {},
+        failures=failures,
+        seconds=time.monotonic() - t0,
+    )
+    (record / "command.txt").write_text(result.command + "\n")
+    return result

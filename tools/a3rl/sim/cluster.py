@@ -1,0 +1,299 @@
+"""Bring a simulated A3 cluster up and down.
+
+Each node is a privileged podman container running systemd as PID 1 on a dedicated
+network with fixed addresses (``node1..N``), reached by Ansible over real SSH with
+recorded host keys. Everything the simulator makes carries the label
+``a3rl.sim.cluster=<name>``, which is how ``down`` (and a later ``up`` after a crash)
+finds exactly its own containers and networks and nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from a3rl.paths import project_root, sim_dir
+from a3rl.sim import inventory, podman
+from a3rl.sim.image import ImageSpec, ensure_image
+
+LABEL = "a3rl.sim.cluster"
+DEFAULT_NAME = "sim"
+DEFAULT_NPUS = 16
+SSH_READY_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class Node:
+    index: int
+    hostname: str
+    ip: str
+    container: str
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Names and addresses of one simulated cluster, derived from its name and size."""
+
+    name: str
+    nodes: int
+    subnet: str
+
+    @property
+    def network(self) -> str:
+        return f"a3rl-{self.name}"
+
+    @property
+    def state(self) -> Path:
+        return sim_dir() / self.name
+
+    @property
+    def key(self) -> Path:
+        return self.state / "id_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.state / "known_hosts"
+
+    @property
+    def inventory_dir(self) -> Path:
+        if self.name == DEFAULT_NAME:
+            return project_root() / "inventory" / "sim"
+        return self.state / "inventory"
+
+    def node_dir(self, node: Node) -> Path:
+        return self.state / "nodes" / node.hostname
+
+    def members(self) -> list[Node]:
+        net = ipaddress.ip_network(self.subnet)
+        base = net.network_address
+        return [
+            Node(i, f"node{i}", str(base + 10 + i), f"a3rl-{self.name}-node{i}")
+            for i in range(1, self.nodes + 1)
+        ]
+
+
+def default_subnet(name: str) -> str:
+    """A stable /24 per cluster name in 10.213.0.0/16, so two clusters never collide."""
+    if name == DEFAULT_NAME:
+        return "10.213.0.0/24"
+    octet = 1 + int(hashlib.sha256(name.encode()).hexdigest(), 16) % 250
+    return f"10.213.{octet}.0/24"
+
+
+def _ensure_key(cluster: Cluster) -> None:
+    cluster.state.mkdir(parents=True, exist_ok=True)
+    if not cluster.key.is_file():
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"a3rl-sim-{cluster.name}",
+             "-f", str(cluster.key)],
+            check=True,
+        )
+
+
+def _ensure_network(cluster: Cluster) -> None:
+    existing = podman.networks(f"{LABEL}={cluster.name}")
+    if existing:
+        subnets = [s.get("subnet") for s in existing[0].get("subnets") or []]
+        if cluster.subnet in subnets:
+            return
+        podman.run(["network", "rm", "-f", existing[0]["name"]])
+    want = ipaddress.ip_network(cluster.subnet)
+    for other in podman.all_network_subnets():
+        if ipaddress.ip_network(other, strict=False).overlaps(want):
+            raise RuntimeError(
+                f"subnet {cluster.subnet} overlaps podman network subnet {other}: "
+                "pass another one with --subnet"
+            )
+    podman.run(["network", "create", "--subnet", cluster.subnet,
+                "--label", f"{LABEL}={cluster.name}", cluster.network])
+
+
+def _write_node_conf(cluster: Cluster, node: Node, npus: int) -> Path:
+    knobs = cluster.node_dir(node) / "etc-a3rl-sim"
+    knobs.mkdir(parents=True, exist_ok=True)
+    (knobs / "node.conf").write_text(f"# written by a3rl sim\nNPUS={npus}\n")
+    health = knobs / "npu-health"
+    if not health.exists():
+        health.write_text("# <npu-id> <Health>, read by the stand-in npu-smi; empty = all OK\n")
+    return knobs
+
+
+def _start_node(cluster: Cluster, node: Node, image: str, npus: int) -> None:
+    knobs = _write_node_conf(cluster, node, npus)
+    ndir = cluster.node_dir(node)
+    for sub in ("docker", "containers"):
+        (ndir / sub).mkdir(parents=True, exist_ok=True)
+    podman.run([
+        "run", "-d", "--name", node.container, "--hostname", node.hostname,
+        "--label", f"{LABEL}={cluster.name}", "--label", f"a3rl.sim.node={node.hostname}",
+        "--network", cluster.network, "--ip", node.ip,
+        "--privileged", "--cgroupns=private", "--systemd=always", "--init=false",
+        "--shm-size=512m",
+        "-v", f"{cluster.key}.pub:/root/.ssh/authorized_keys:ro",
+        "-v", f"{knobs}:/etc/a3rl-sim",
+        # Engine storage on the host's filesystem: overlay works there, not on overlay.
+        "-v", f"{ndir / 'docker'}:/var/lib/docker",
+        "-v", f"{ndir / 'containers'}:/var/lib/containers",
+        image,
+    ])
+
+
+def _ssh_port_open(ip: str) -> bool:
+    try:
+        with socket.create_connection((ip, 22), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _host_keys(node: Node) -> list[str]:
+    """The node's public host keys, read through podman, not over the network."""
+    out = podman.exec_(node.container, "sh", "-c", "cat /etc/ssh/ssh_host_*_key.pub").stdout
+    return [line.split()[0] + " " + line.split()[1] for line in out.splitlines() if line.strip()]
+
+
+def _wait_ssh(cluster: Cluster, nodes: list[Node], log: Callable[[str], None]) -> None:
+    deadline = time.monotonic() + SSH_READY_TIMEOUT
+    pending = list(nodes)
+    while pending and time.monotonic() < deadline:
+        pending = [n for n in pending if not _ssh_port_open(n.ip)]
+        if pending:
+            time.sleep(0.3)
+    if pending:
+        raise RuntimeError(
+            "sshd did not come up on " + ", ".join(n.hostname for n in pending)
+            + f" within {SSH_READY_TIMEOUT:.0f}s; see `podman logs <container>`"
+        )
+    lines = []
+    for n in nodes:
+        for key in _host_keys(n):
+            lines.append(f"{n.ip} {key}")
+    cluster.known_hosts.write_text("\n".join(lines) + "\n")
+    # Prove key auth and the recorded host keys with the same ssh that Ansible uses.
+    for n in nodes:
+        probe = subprocess.run(_ssh_cmd(cluster, n, "true"), capture_output=True, text=True)
+        if probe.returncode != 0:
+            raise RuntimeError(f"{n.hostname}: SSH check failed: {probe.stderr.strip()}")
+    log(f"SSH ready on {len(nodes)} node(s); host keys recorded in {cluster.known_hosts}")
+
+
+def _ssh_cmd(cluster: Cluster, node: Node, *cmd: str) -> list[str]:
+    return [
+        "ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+        "-o", f"UserKnownHostsFile={cluster.known_hosts}", "-o", "ConnectTimeout=5",
+        "-i", str(cluster.key), f"root@{node.ip}", *cmd,
+    ]
+
+
+def _running(cluster: Cluster) -> dict[str, dict]:
+    return {c["Names"][0]: c for c in podman.containers(f"{LABEL}={cluster.name}")}
+
+
+def up(
+    name: str = DEFAULT_NAME,
+    nodes: int = 2,
+    subnet: str | None = None,
+    npus: int = DEFAULT_NPUS,
+    log: Callable[[str], None] = print,
+) -> Cluster:
+    """Start (or reuse) a cluster of ``nodes`` nodes and write its inventory.
+
+    A cluster that is already up with the same size and image is left as it is, so a
+    repeated ``up`` changes nothing; anything else carrying the cluster's label (a stale
+    or differently-sized earlier cluster) is removed first.
+    """
+    problem = podman.available()
+    if problem:
+        raise RuntimeError(problem)
+    if nodes < 1:
+        raise ValueError("--nodes must be at least 1")
+    cluster = Cluster(name, nodes, subnet or default_subnet(name))
+    image = ensure_image(ImageSpec(), log)
+    members = cluster.members()
+    current = _running(cluster)
+    want = {n.container for n in members}
+    healthy = (
+        set(current) == want
+        and all(c.get("State") == "running" and c.get("Image") == image for c in current.values())
+        and cluster.known_hosts.is_file()
+    )
+    if healthy:
+        log(f"cluster {name!r} is already up with {nodes} node(s): reused")
+        for n in members:
+            _write_node_conf(cluster, n, npus)
+    else:
+        if current:
+            log(f"removing {len(current)} stale container(s) of cluster {name!r}")
+            _remove_containers(cluster)
+        _ensure_key(cluster)
+        _ensure_network(cluster)
+        t0 = time.monotonic()
+        for n in members:
+            _start_node(cluster, n, image, npus)
+        _wait_ssh(cluster, members, log)
+        log(f"{nodes} node(s) up in {time.monotonic() - t0:.1f}s")
+    inventory.write(cluster, members)
+    return cluster
+
+
+def _remove_containers(cluster: Cluster) -> None:
+    names = [c["Names"][0] for c in podman.containers(f"{LABEL}={cluster.name}")]
+    if names:
+        podman.run(["rm", "-f", "-t", "5", *names], timeout=300)
+
+
+def down(name: str = DEFAULT_NAME, log: Callable[[str], None] = print) -> None:
+    """Remove every container, network and file the cluster ``name`` has; nothing else."""
+    cluster = Cluster(name, 0, default_subnet(name))
+    _remove_containers(cluster)
+    for net in podman.networks(f"{LABEL}={name}"):
+        podman.run(["network", "rm", "-f", net["name"]])
+    inv = cluster.inventory_dir
+    if inv.exists():
+        shutil.rmtree(inv)
+    if cluster.state.exists():
+        shutil.rmtree(cluster.state)
+    # Ansible's SSH control sockets for these nodes would point at dead hosts.
+    cp = project_root() / ".cache" / "cp"
+    if cp.exists():
+        shutil.rmtree(cp, ignore_errors=True)
+    log(f"cluster {name!r} removed")
+
+
+def status(name: str = DEFAULT_NAME) -> list[dict]:
+    """One row per node: state, address, SSH reachability and stand-in NPU count."""
+    rows = []
+    for cname, c in sorted(_running(Cluster(name, 0, default_subnet(name))).items()):
+        row = {"container": cname, "state": c.get("State"), "node": c.get("Labels", {}).get(
+            "a3rl.sim.node", "?")}
+        row["ip"] = ""
+        if row["state"] == "running":
+            ipout = podman.run(
+                ["inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+                 cname], check=False).stdout.strip()
+            row["ip"] = ipout
+            row["ssh"] = _ssh_port_open(ipout) if ipout else False
+            npus = podman.exec_(cname, "sh", "-c", "ls /dev | grep -c '^davinci[0-9]*$'",
+                                check=False).stdout.strip()
+            row["npus"] = int(npus) if npus.isdigit() else 0
+        rows.append(row)
+    return rows
+
+
+def set_npu_health(name: str, node: str, npu: int, health: str) -> None:
+    """Knob for tests: make the stand-in npu-smi report ``health`` for one NPU."""
+    knob = sim_dir() / name / "nodes" / node / "etc-a3rl-sim" / "npu-health"
+    if not knob.is_file():
+        raise RuntimeError(f"no simulated node {node!r} in cluster {name!r}")
+    lines = [ln for ln in knob.read_text().splitlines()
+             if ln.startswith("#") or not ln.split() or ln.split()[0] != str(npu)]
+    if health != "OK":
+        lines.append(f"{npu} {health}")
+    knob.write_text("\n".join(lines) + "\n")

@@ -1,0 +1,68 @@
+"""Write the simulated cluster's Ansible inventory.
+
+Same groups and host variables as the real inventories (``inventory/a3_64``): one
+``head``, the ``workers``, both under ``a3_nodes``; per host ``cluster_ip`` (and no
+``cluster_nic``: preflight derives it, as it does for a real inventory that omits it).
+Only what differs on the simulator goes into its group_vars, each line saying why.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import yaml
+
+if TYPE_CHECKING:
+    from a3rl.sim.cluster import Cluster, Node
+
+HEADER = "# Written by `a3rl sim up`; rewritten on every up, removed by `a3rl sim down`.\n"
+
+
+def hosts(nodes: list[Node]) -> dict:
+    def entry(n: Node) -> dict:
+        return {"ansible_host": n.ip, "cluster_ip": n.ip}
+
+    return {
+        "all": {
+            "children": {
+                "a3_nodes": {
+                    "children": {
+                        "head": {"hosts": {nodes[0].hostname: entry(nodes[0])}},
+                        "workers": {"hosts": {n.hostname: entry(n) for n in nodes[1:]}},
+                    }
+                }
+            }
+        }
+    }
+
+
+def group_vars(cluster: Cluster) -> dict:
+    return {
+        "ansible_user": "root",
+        "ansible_ssh_private_key_file": str(cluster.key),
+        # Host keys were read from each node through podman and recorded here.
+        "ansible_ssh_common_args": (
+            f"-o UserKnownHostsFile={cluster.known_hosts} -o StrictHostKeyChecking=yes"
+        ),
+        "npus_per_node": 16,
+        "a3rl_simulated": True,
+        "a3rl_default_model": "qwen3_32b",
+        # Simulated nodes are containers on the build host's architecture.
+        "preflight_supported_architectures": ["aarch64", "x86_64"],
+        # The nodes share the host's disk: ask only for what the simulator itself writes.
+        "preflight_disk_requirements": [
+            {"path": "/var/lib/docker", "min_free_gb": 5, "what": "the training image"},
+            {"path": "/data", "min_free_gb": 5, "what": "datasets, model files, checkpoints"},
+        ],
+    }
+
+
+def write(cluster: Cluster, nodes: list[Node]) -> None:
+    inv = cluster.inventory_dir
+    (inv / "group_vars").mkdir(parents=True, exist_ok=True)
+    (inv / "hosts.yml").write_text(
+        HEADER + "---\n" + yaml.safe_dump(hosts(nodes), sort_keys=False, width=1000)
+    )
+    (inv / "group_vars" / "a3_nodes.yml").write_text(
+        HEADER + "---\n" + yaml.safe_dump(group_vars(cluster), sort_keys=False, width=1000)
+    )
