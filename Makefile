@@ -42,7 +42,7 @@ test: venv host-deps
 	$(BIN)/pytest -q tests/unit tests/integration
 
 bench: venv host-deps
-	$(BIN)/python bench/sim_up.py
+	$(BIN)/python bench/sim_up.py --runs 3
 
 sim-down: venv
 	$(BIN)/a3rl sim down

@@ -33,13 +33,27 @@ def test_up_status_reuse_down(capsys):
     assert main(["sim", "status", "--name", NAME]) == 0
     assert "node1" in capsys.readouterr().out
 
-    # The NPU-health knob reaches the node through its bind-mounted config.
+    # The stand-in driver installs on a node with the vendor's command line, and its
+    # npu-smi sees the node's 16 stand-in devices (8 A3 cards x 2 chips) ...
+    node = c.members()[0].container
+    [driver] = c.standin_dir.glob("Atlas-A3-hdk-npu-driver_*.run")
+    podman.run(["cp", str(driver), f"{node}:/tmp/driver.run"])
+    assert "All good" in podman.exec_(node, "bash", "/tmp/driver.run", "--check").stdout
+    podman.exec_(node, "sh", "-c", "groupadd HwHiAiUser && useradd -g HwHiAiUser HwHiAiUser")
+    rc = podman.exec_(node, "bash", "/tmp/driver.run", "--full", "--install-for-all", "--quiet",
+                      check=False).returncode
+    assert rc in (0, 2)  # 2 = installed, reboot needed (the vendor's code)
+    info = podman.exec_(node, "npu-smi", "info").stdout
+    assert info.count("Ascend910") == 16 and "Critical" not in info
+    # ... and the NPU-health knob reaches it through the node's bind-mounted config.
     assert main(["sim", "npu-health", "--name", NAME, "--node", "node1", "--npu", "3"]) == 0
-    knob = podman.exec_(c.members()[0].container, "cat", "/etc/a3rl-sim/npu-health").stdout
-    assert "3 Critical" in knob
+    assert "3 Critical" in podman.exec_(node, "cat", "/etc/a3rl-sim/npu-health").stdout
+    health = podman.exec_(node, "npu-smi", "info", "-t", "health", "-i", "1").stdout
+    assert "Critical" in health
 
     assert main(["sim", "down", "--name", NAME]) == 0
     assert _ids() == []
+    assert not c.standin_dir.exists()
     assert podman.networks(f"{cluster.LABEL}={NAME}") == []
     assert not c.state.exists()
     assert not c.inventory_dir.exists()

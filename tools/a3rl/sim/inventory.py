@@ -46,6 +46,8 @@ def group_vars(cluster: Cluster) -> dict:
         ),
         "npus_per_node": 16,
         "a3rl_simulated": True,
+        # STAND-IN vendor packages (NPU driver and firmware .run) written by `sim up`.
+        "a3rl_sim_standin_dir": str(cluster.standin_dir),
         "a3rl_default_model": "qwen3_32b",
         # Simulated nodes are containers on the build host's architecture.
         "preflight_supported_architectures": ["aarch64", "x86_64"],

@@ -1,0 +1,623 @@
+"""Stand-in Ascend HDK ``.run`` packages (NPU driver, NPU firmware) for the simulator.
+
+A simulated node has no NPU, so the vendor's packages cannot install there. The roles
+must still be written against the vendor's real interface (file names, options, exit
+codes, the files they leave behind), so these stand-ins reproduce that interface and
+install placeholders plus the stand-in ``npu-smi``. Every generated file says it is a
+STAND-IN in its first lines. ``$A3RL_STANDIN_ROOT`` (empty on a node) prefixes every
+path they read or write; it is a test hook so unit tests can use a temporary root.
+
+What is taken from public material, and what is guessed
+--------------------------------------------------------
+Confirmed (Huawei docs, Huawei's own driver ``install.sh`` as published in 2025, public
+install logs and Ascend's ascend-deployer):
+
+* Names: HDK 25.3.RC1 for A3 ships ``Atlas-A3-hdk-npu-driver_25.3.rc1_linux-aarch64.run``
+  / ``..._linux-x86-64.run`` and ``Atlas-A3-hdk-npu-firmware_7.8.0.2.212.run`` (the
+  firmware has its own 7.x version and no arch). There is no public ``Ascend-hdk-910c-*``.
+* makeself-style archives: ``--check`` prints ``Verifying archive integrity...  100%
+  SHA256 checksums are OK. All good.``; a bad checksum aborts with exit 2 before anything
+  runs; ``Uncompressing <LABEL>  100%``; ``--quiet``, ``--noexec --extract=<dir>``, ``--list``.
+* Driver options and their rules: ``--full``/``--run``/``--upgrade`` (exactly one),
+  ``--uninstall``, ``--version`` (``[INFO]driver version :<v>``), ``--quiet``,
+  ``--install-for-all``, ``--install-path=`` (not with ``--upgrade``),
+  ``--install-username=``/``--install-usergroup=`` (both, not with ``--upgrade``);
+  ``version/uninstall/check`` alone; unknown options -> ``ERR_NO:0x0004 ... Unrecognized
+  parameters``, exit 1; root only (0x0093).
+* The run user (``HwHiAiUser:HwHiAiUser`` unless given or recorded) must exist in
+  ``/etc/passwd`` and ``/etc/group`` for every install/upgrade, with or without
+  ``--install-for-all`` (0x0091 / 0x0096); ``--install-for-all`` only widens permissions.
+* ``--full`` on an installed driver is an overwrite install: it asks
+  ``... has been installed on the path P, the version is X, and the version of this
+  package is Y,do you want to continue?  [y/n]`` unless ``--quiet``, then reinstalls.
+  It is NOT refused. ``--upgrade`` on a clean node installs (first-install path), and
+  ``--upgrade`` to the same version reinstalls; both report success.
+* Driver exit codes: 0 installed and hot reset done ("takes effect immediately"), 1
+  failed, 2 installed but "Reboot needed for installation/upgrade to take effect!".
+* Files: ``<path>/driver/version.info`` (keys below, from a public 25.3.rc1 file),
+  ``/usr/local/sbin/npu-smi``, ``<path>/driver/script/uninstall.sh``,
+  ``<path>/firmware/version.info``, ``/etc/ascend_install.info`` (``UserName``,
+  ``UserGroup``, ``Driver_Install_Type``, ``Driver_Install_Path_Param``,
+  ``Driver_Install_For_All``, ``Driver_Install_Mode``, ``Firmware_Install_Type``,
+  ``Firmware_Install_Path_Param``), logs ``/var/log/ascend_seclog/ascend_install.log`` and
+  ``operation.log``; the ``[Driver] [date] [INFO]...`` message texts.
+* Firmware messages: ``base version is X.``, ``upgradePercentage: N%``, ``The firmware of
+  [N] chips are successfully upgraded.``, ``Firmware package installed|upgraded
+  successfully! Reboot now or after driver installation for the installation/upgrade to
+  take effect.``, uninstall "takes effect immediately".
+
+Guessed (no public source found; change here when one turns up):
+
+* The firmware installer's rules: it needs an installed driver (documented order is
+  driver first on a new node) and at least one ``/dev/davinciN``; ``--full`` on an
+  installed firmware overwrites without asking; ``--upgrade`` to the installed version
+  is a no-op with exit 0; ``--install-for-all`` is accepted and ignored; exit code 0.
+* The firmware's ``compatible_version_drv`` value and the A3 firmware archive label.
+* Driver payload beyond ``version.info``: ``lib64/`` and ``/usr/local/dcmi`` are empty
+  placeholders; ``/usr/local/bin/npu-smi`` is a link to ``../sbin/npu-smi``.
+* ``--help``/``--info`` texts; relative ``--install-path`` values are refused here.
+
+Stand-in only (no real counterpart): ``ROOT/var/lib/a3rl-sim/reboot-required`` (one line
+per package kind whose change waits for a reboot; the simulator's reboot clears it) and
+the knob ``ROOT/etc/a3rl-sim/driver-hotreset`` (``success`` -> exit 0 instead of 2).
+Without ``--quiet``, where the real installer would wait forever on its y/n question the
+stand-in reads one answer from stdin and fails (exit 1) on end of input.
+Not simulated: ``--devel``, ``--docker``, ``--vnpu_*``, ``--tar``, CRL/ version
+compatibility checks, DKMS, file ownership by the run user, the package's CPU arch.
+"""
+
+# The embedded shell below keeps the vendor's one-line messages whole, so long lines stay.
+# ruff: noqa: E501
+
+from __future__ import annotations
+
+import argparse
+import base64
+import gzip
+import hashlib
+import io
+import os
+import re
+import shlex
+import tarfile
+from pathlib import Path
+from typing import Literal
+
+Kind = Literal["driver", "firmware"]
+
+STANDIN_DIR = Path(__file__).resolve().parent / "standins"
+NPU_SMI = STANDIN_DIR / "npu-smi"
+
+# HDK 25.3.RC1, the release the recipe's CANN 8.5.0 image pairs with on A3.
+DEFAULT_DRIVER_VERSION = "25.3.rc1"
+DEFAULT_FIRMWARE_VERSION = "7.8.0.2.212"
+
+_ARCH = {"x86_64": "x86-64", "x86-64": "x86-64", "amd64": "x86-64",
+         "aarch64": "aarch64", "arm64": "aarch64"}
+_LABEL = {"driver": "ASCEND DRIVER RUN PACKAGE",
+          "firmware": "ATLAS-A3-HDK-NPU FIRMWARE RUN PACKAGE"}
+# Versions end up in file names and shell assignments: digits, letters, dots only.
+_VERSION_RE = re.compile(r"[0-9][0-9A-Za-z.]*")
+
+
+def _check_version(version: str) -> str:
+    if not _VERSION_RE.fullmatch(version):
+        raise ValueError(f"not a package version: {version!r}")
+    return version
+
+
+def standin_filename(kind: Kind, version: str, arch: str = "x86_64") -> str:
+    """The vendor's file name for this package, so roles can match it by pattern.
+
+    >>> standin_filename("driver", "25.3.rc1", "aarch64")
+    'Atlas-A3-hdk-npu-driver_25.3.rc1_linux-aarch64.run'
+    >>> standin_filename("firmware", "7.8.0.2.212")
+    'Atlas-A3-hdk-npu-firmware_7.8.0.2.212.run'
+    """
+    _check_version(version)
+    if arch not in _ARCH:
+        raise ValueError(f"unknown arch {arch!r}; expected one of {sorted(_ARCH)}")
+    if kind == "driver":
+        return f"Atlas-A3-hdk-npu-driver_{version}_linux-{_ARCH[arch]}.run"
+    if kind == "firmware":  # firmware runs on the NPU: the vendor's name has no host arch
+        return f"Atlas-A3-hdk-npu-firmware_{version}.run"
+    raise ValueError(f"unknown package kind {kind!r}")
+
+
+def driver_version_info(version: str) -> str:
+    """``driver/version.info``; all keys but the versions are a public 25.3.rc1 file's."""
+    return (f"Version={version}\n"
+            "ascendhal_version=7.35.23\naicpu_version=1.0\ntdt_version=1.0\n"
+            "log_version=1.0\nprof_version=2.0\ndvppkernels_version=1.1\ntsfw_version=1.0\n"
+            "Innerversion=V100R001C23SPC002B212\n"
+            "compatible_version=[V100R001C19],[V100R001C20],[V100R001C21],[V100R001C22],"
+            "[V100R001C23]\n"
+            "compatible_version_fw=[7.0.0,8.9.9]\n"
+            f"package_version={version}\n")
+
+
+def firmware_version_info(version: str, hdk_version: str = DEFAULT_DRIVER_VERSION) -> str:
+    """``firmware/version.info``: keys as published; the compatibility range is a guess."""
+    return (f"Version={version}\nfirmware_version=1.0\npackage_version={hdk_version}\n"
+            "compatible_version_drv=[23.0.0,23.0.0.],[24.0,24.0.],[25.0,25.0.]\n")
+
+
+def build_driver_run(version: str, out: Path, arch: str = "x86_64") -> Path:
+    """Write the stand-in driver package; ``out`` is a folder (vendor name) or a file."""
+    files = {"version.info": (driver_version_info(version).encode(), 0o444),
+             "npu-smi": (NPU_SMI.read_bytes(), 0o755)}
+    return _build("driver", version, arch, Path(out), files)
+
+
+def build_firmware_run(version: str, out: Path, arch: str = "x86_64",
+                       hdk_version: str = DEFAULT_DRIVER_VERSION) -> Path:
+    """Write the stand-in firmware package (``arch`` is recorded, the name has none)."""
+    files = {"version.info": (firmware_version_info(version, _check_version(hdk_version))
+                              .encode(), 0o444)}
+    return _build("firmware", version, arch, Path(out), files)
+
+
+def _build(kind: Kind, version: str, arch: str, out: Path,
+           files: dict[str, tuple[bytes, int]]) -> Path:
+    name = standin_filename(kind, version, arch)
+    target = out / name if out.is_dir() else out
+    package_info = "".join(f"{k}={shlex.quote(v)}\n" for k, v in (
+        ("PKG_KIND", kind), ("PKG_VERSION", version), ("PKG_ARCH", _ARCH[arch]),
+        ("PKG_FILE", name)))
+    members = {"install.sh": (INSTALLER.encode(), 0o755),
+               "package.info": (package_info.encode(), 0o644), **files}
+    payload = base64.encodebytes(_targz(members))
+    head = HEADER.format(name=name, kind=kind, label=_LABEL[kind], version=version,
+                         sha256=hashlib.sha256(payload).hexdigest(), skip="{skip}")
+    head = head.replace("{skip}", str(head.count("\n") + 1))
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_bytes(head.encode() + payload)
+    tmp.chmod(0o755)
+    os.replace(tmp, target)
+    return target
+
+
+def _targz(members: dict[str, tuple[bytes, int]]) -> bytes:
+    """Byte-identical output for identical input, so re-building never looks changed."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for member, (data, mode) in sorted(members.items()):
+            info = tarfile.TarInfo(member)
+            info.size, info.mode, info.mtime, info.uname, info.gname = (
+                len(data), mode, 0, "root", "root")
+            tar.addfile(info, io.BytesIO(data))
+    return gzip.compress(raw.getvalue(), compresslevel=9, mtime=0)
+
+
+# The archive's shell header (makeself's role). Filled by str.format: {{ }} are braces.
+HEADER = """\
+#!/bin/bash
+# ==========================================================================================
+#  STAND-IN for the Huawei Ascend HDK {kind} package {name}
+#  Made by the a3rl simulator (tools/a3rl/sim/standins.py). NOT vendor software: it installs
+#  placeholders and the stand-in npu-smi. Options and messages follow the vendor package.
+# ==========================================================================================
+# Layout of the vendor's makeself archives: this header, then the payload (a gzip'd tar,
+# base64 here so the file stays text) whose SHA-256 is checked before anything runs.
+A3RL_LABEL='{label}'
+A3RL_VERSION='{version}'
+A3RL_SHA256='{sha256}'
+A3RL_SKIP={skip}
+set -u
+runfile=$0
+quiet=n check=n help=n info=n list=n noexec=n extract=
+args=()
+for a in "$@"; do
+    case "$a" in
+        --check) check=y ;;
+        -h|--help) help=y ;;
+        --info) info=y ;;
+        --list) list=y ;;
+        --noexec) noexec=y ;;
+        --extract=*) extract=${{a#*=}} ;;
+        --nox11) ;;
+        -q|--quiet) quiet=y; args+=(--quiet) ;;
+        *) args+=("$a") ;;
+    esac
+done
+payload() {{ tail -n +"$A3RL_SKIP" "$runfile"; }}
+verify() {{
+    local sum
+    sum=$(payload | sha256sum | cut -d' ' -f1)
+    if [ "$sum" != "$A3RL_SHA256" ]; then
+        echo "Verifying archive integrity..."
+        echo "Error in SHA256 checksums: $sum is different from $A3RL_SHA256" >&2
+        exit 2
+    fi
+    [ "$quiet" = y ] || echo "Verifying archive integrity...  100%   SHA256 checksums are OK. All good."
+}}
+if [ "$help" = y ]; then
+    cat <<EOF
+$A3RL_LABEL $A3RL_VERSION (a3rl simulator STAND-IN)
+Usage: ./$(basename "$runfile") [options]
+  --help | -h             this help
+  --info | --list         archive identification | file list
+  --check                 verify the archive checksum only
+  --noexec --extract=DIR  unpack into DIR without installing
+  --quiet                 never ask (the stand-in never waits on stdin either)
+  --full                  install the {kind}; --upgrade upgrade; --uninstall remove
+  --version               version of this package
+  --install-for-all, --install-path=DIR, --install-username=U --install-usergroup=G
+EOF
+    exit 0
+fi
+if [ "$info" = y ]; then
+    printf 'Identification: %s\\nVersion: %s\\nCompression: gzip (base64)\\n' \\
+        "$A3RL_LABEL" "$A3RL_VERSION"
+    echo "Note: a3rl simulator stand-in, not vendor software"
+    exit 0
+fi
+verify
+[ "$check" = y ] && exit 0
+if [ "$list" = y ]; then payload | base64 -d | tar -tzvf -; exit $?; fi
+if [ "$noexec" = y ] || [ -n "$extract" ]; then
+    [ -n "$extract" ] || {{ echo "--noexec needs --extract=<path>" >&2; exit 1; }}
+    mkdir -p "$extract" && payload | base64 -d | tar -xzf - -C "$extract"
+    exit $?
+fi
+[ "$quiet" = y ] || echo "Uncompressing $A3RL_LABEL  100%"
+tmpdir=$(mktemp -d "${{TMPDIR:-/tmp}}/a3rl-standin.XXXXXX") || exit 1
+trap 'rm -rf "$tmpdir"' EXIT
+payload | base64 -d | tar -xzf - -C "$tmpdir" || {{ echo "cannot unpack $runfile" >&2; exit 1; }}
+(cd "$tmpdir" && bash ./install.sh "$(basename "$runfile")" "${{args[@]}}")
+exit $?
+"""
+
+# The installer inside the payload: one script for both kinds, driven by package.info.
+INSTALLER = r"""#!/bin/bash
+# STAND-IN installer of the a3rl simulator's HDK packages. NOT vendor code. Its option
+# rules, messages and exit codes follow the vendor's driver install.sh; see the notes in
+# tools/a3rl/sim/standins.py for what is confirmed and what is guessed.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=/dev/null
+. "$here/package.info"
+runfilename=${1:-$PKG_FILE}
+shift
+ROOT=${A3RL_STANDIN_ROOT:-}   # test hook: prefix of every path touched
+ROOT=${ROOT%/}
+if [ "$PKG_KIND" = driver ]; then TAG=Driver PFX=Driver; else TAG=Firmware PFX=Firmware; fi
+SUB=$PKG_KIND
+SECLOG=$ROOT/var/log/ascend_seclog
+LOGFILE=$SECLOG/ascend_install.log
+OPLOG=$SECLOG/operation.log
+INFO=$ROOT/etc/ascend_install.info
+KNOBS=$ROOT/etc/a3rl-sim
+MARKER=$ROOT/var/lib/a3rl-sim/reboot-required
+DEFAULT_PATH=/usr/local/Ascend
+
+now() { date +"%Y-%m-%d %H:%M:%S"; }
+say() { echo "[$TAG] [$(now)] $1"; }
+sayc() { echo -e "[$TAG] [$(now)] $1"; }
+log() { echo "[$TAG] [$(now)] $1" >> "$LOGFILE"; }
+both() { say "$1"; log "$1"; }
+finish() { both "[INFO]End time: $(now)"; exit "$1"; }
+usage_error() { log "$1"; say "$1"; finish 1; }
+getp() { [ -f "$INFO" ] && sed -n "s|^$1=||p" "$INFO" | tail -n 1; }
+setp() {
+    mkdir -p "$(dirname "$INFO")" && touch "$INFO"
+    if grep -q "^$1=" "$INFO"; then sed -i "s|^$1=.*|$1=$2|" "$INFO"; else echo "$1=$2" >> "$INFO"; fi
+    chmod 644 "$INFO"
+}
+delp() { [ -f "$INFO" ] && sed -i "/^$1=/d" "$INFO"; }
+oplog() {
+    local level=UNKNOWN
+    case $operation in Install) level=SUGGESTION ;; Upgrade) level=MINOR ;; Uninstall) level=MAJOR ;; esac
+    if [ "$operation" = Install ]; then
+        echo "$operation $level root $start_time 127.0.0.1 $runfilename $1 install_type=$installType; cmdlist=$all_param." >> "$OPLOG"
+    else
+        echo "$operation $level root $start_time 127.0.0.1 $runfilename $1 cmdlist=$all_param." >> "$OPLOG"
+    fi
+}
+mark() {  # stand-in only: what waits for a reboot, one line per package kind
+    mkdir -p "$(dirname "$MARKER")"
+    { [ -f "$MARKER" ] && grep -v "^$PKG_KIND " "$MARKER"; echo "$PKG_KIND $1"; } > "$MARKER.tmp"
+    mv "$MARKER.tmp" "$MARKER"
+}
+installed_version() { sed -n 's/^Version=//p' "$ROOT$1/$SUB/version.info" 2>/dev/null | head -n 1; }
+ask() {  # the vendor loops on stdin for y/n; the stand-in gives up at end of input
+    local yn
+    while true; do
+        if ! read -r yn; then
+            both "[ERROR]a3rl stand-in: no answer on stdin; the real installer would wait here for y/n. Use --quiet."
+            oplog failed; finish 1
+        fi
+        case $yn in
+            y) return 0 ;;
+            n) say "[INFO]Stop installation!"; finish 0 ;;
+            *) say "[ERROR]ERR_NO:0x0002;ERR_DES:input error, please input again!" ;;
+        esac
+    done
+}
+
+# The stand-in only enforces root on a real node, not under the test-hook root.
+if [ -z "$ROOT" ] && [ "$(id -u)" -ne 0 ]; then
+    say "[ERROR]ERR_NO:0x0093;ERR_DES:do not have root permission, operation failed, please use root permission!"
+    exit 1
+fi
+mkdir -p "$SECLOG" && touch "$LOGFILE" "$OPLOG"
+all_param="$*"
+if [ $# -eq 0 ]; then
+    say "[ERROR]ERR_NO:0x0004;ERR_DES:Unrecognized parameters. Try './xxx.run --help' for more information."
+    exit 1
+fi
+start_time=$(now)
+both "[INFO]Start time: $start_time"
+say "[INFO]LogFile: /var/log/ascend_seclog/ascend_install.log"
+say "[INFO]OperationLogFile: /var/log/ascend_seclog/operation.log"
+log "[INFO]UserCommand: $runfilename $all_param"
+inst_path=$(getp "${PFX}_Install_Path_Param")
+base_version=""
+[ -n "$inst_path" ] && base_version=$(installed_version "$inst_path")
+if [ -n "$base_version" ]; then both "[INFO]base version is $base_version."; else log "[INFO]base version was destroyed or not exist."; fi
+
+i=0 j=0 full=n run=n upgrade=n uninstall=n version=n quiet=n check=n input_for_all=n for_all=no
+in_user=n in_group=n username="" usergroup="" in_path=n path_arg="" installType="" operation=Install
+unrecognized() { usage_error "[ERROR]ERR_NO:0x0004;ERR_DES: Unrecognized parameters: $1. Try './xxx.run --help' for more information."; }
+unique() { [ -z "$installType" ] || usage_error "[ERROR]ERR_NO:0x0004;ERR_DES:only support one type: full/run/docker/devel/boot-server, operation failed!"; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --uninstall) i=$((i+1)); operation=Uninstall; uninstall=y ;;
+        --upgrade) i=$((i+1)); j=$((j+1)); operation=Upgrade; upgrade=y ;;
+        --full) i=$((i+1)); j=$((j+1)); unique; installType=full; full=y ;;
+        --version) i=$((i+1)); version=y ;;
+        --quiet) i=$((i+1)); quiet=y ;;
+        --check) i=$((i+1)); check=y ;;
+        --install-for-all) input_for_all=y; for_all=yes ;;
+        --run)
+            [ "$PKG_KIND" = driver ] || unrecognized "$1"
+            i=$((i+1)); j=$((j+1)); unique; installType=run; run=y ;;
+        --install-username=*)
+            [ "$PKG_KIND" = driver ] || unrecognized "$1"
+            i=$((i+1)); in_user=y; username=${1#*=} ;;
+        --install-usergroup=*)
+            [ "$PKG_KIND" = driver ] || unrecognized "$1"
+            i=$((i+1)); in_group=y; usergroup=${1#*=} ;;
+        --install-path=*)
+            [ "$PKG_KIND" = driver ] || unrecognized "$1"
+            i=$((i+1)); in_path=y; path_arg=${1#*=}
+            [ -n "$path_arg" ] || usage_error "[ERROR]ERR_NO:0x0003;ERR_DES:install path is null, install failed" ;;
+        --devel|--docker|--vnpu_host|--vnpu_guest|--vnpu_docker_host|--boot-server-path=*)
+            [ "$PKG_KIND" = driver ] || unrecognized "$1"
+            usage_error "[ERROR]a3rl stand-in: $1 is a real option that the stand-in does not simulate." ;;
+        -*) unrecognized "$1" ;;
+        *) break ;;
+    esac
+    shift
+done
+
+if [ $upgrade = y ] || [ $full = y ] || [ $run = y ]; then
+    sayc "[WARNING]\033[33mDo not power off or restart the system during the installation/upgrade\033[0m"
+fi
+if [ $version = y ] || [ $uninstall = y ] || [ $check = y ]; then
+    [ $i -gt 1 ] && usage_error "[ERROR]ERR_NO:0x0004;ERR_DES:version/uninstall/check/boot-server can't use with other parameters."
+else
+    [ $j -ne 1 ] && usage_error "[ERROR]ERR_NO:0x0004;ERR_DES:param need used with full/run/docker/upgrade/devel."
+    [ $in_path = y ] && [ $upgrade = y ] && usage_error "[ERROR]ERR_NO:0x0004;ERR_DES:install-path param need used with full/run/docker/devel."
+    if [ $in_user = y ] || [ $in_group = y ]; then
+        if [ $in_user = n ] || [ $in_group = n ]; then
+            both "[ERROR]ERR_NO:0x0004;ERR_DES:Username and usergroup are not specified at the same time."
+            say "[ERROR]Please input the right params and try again."
+            finish 1
+        fi
+        [ $upgrade = y ] && usage_error "[ERROR]ERR_NO:0x0004;ERR_DES:install-username and install-usergroup params need used with full/run/docker/devel."
+        [ -z "$username" ] && usage_error "[ERROR]ERR_NO:0x0091;ERR_DES:input_install_username is empty"
+        [ -z "$usergroup" ] && usage_error "[ERROR]ERR_NO:0x0091;ERR_DES:input_install_group is empty"
+        [ "$username" = root ] && [ $input_for_all = n ] && usage_error "[ERROR]ERR_NO:0x0091;ERR_DES:username not permission for root"
+        [ "$usergroup" = root ] && [ $input_for_all = n ] && usage_error "[ERROR]ERR_NO:0x0091;ERR_DES:usergroup not permission for root"
+    fi
+fi
+if [ $check = y ]; then both "[INFO]a3rl stand-in: nothing to check beyond the archive checksum."; finish 0; fi
+if [ $version = y ]; then say "[INFO]$PKG_KIND version :$PKG_VERSION"; finish 0; fi
+if [ $upgrade = y ]; then installType=$(getp "${PFX}_Install_Type"); installType=${installType:-full}; fi
+
+# Where to install: --install-path, else the recorded path, else the default.
+if [ $in_path = y ]; then
+    path=${path_arg%/}
+    [[ "$path" =~ ^/[A-Za-z0-9_/-]+$ ]] || usage_error "[ERROR]ERR_NO:0x0003;ERR_DES:The install-path [$path_arg] is invalid according to regular-expression, only characters in [a-z,A-Z,0-9,-,_] are supported."
+elif [ -n "$inst_path" ]; then
+    path=$inst_path
+elif [ "$PKG_KIND" = firmware ] && [ -n "$(getp Driver_Install_Path_Param)" ]; then
+    path=$(getp Driver_Install_Path_Param)
+else
+    path=$DEFAULT_PATH
+fi
+if [ $uninstall = n ] && [ "$path" != "$DEFAULT_PATH" ] && [ ! -d "$ROOT$(dirname "$path")" ]; then
+    usage_error "[ERROR]ERR_NO:0x0003;ERR_DES:install path $(dirname "$path") not exists,runpackage only support create one level of directory,need create $(dirname "$path")."
+fi
+
+# Driver: the run user must exist (read from the files, as the vendor script does).
+if [ "$PKG_KIND" = driver ] && [ $uninstall = n ]; then
+    rec_user=$(getp UserName) rec_group=$(getp UserGroup)
+    if [ $in_user = y ]; then
+        if { [ -n "$rec_user" ] && [ "$username" != "$rec_user" ]; } || { [ -n "$rec_group" ] && [ "$usergroup" != "$rec_group" ]; }; then
+            usage_error "[ERROR]ERR_NO:0x0095;ERR_DES:The user and group are not same with last installation,do not support overwriting installation"
+        fi
+    else
+        username=${rec_user:-HwHiAiUser} usergroup=${rec_group:-HwHiAiUser}
+    fi
+    if [ $upgrade = y ] && [ $input_for_all = n ]; then
+        for_all=$(getp Driver_Install_For_All); for_all=${for_all:-no}
+    fi
+    user_line=$(grep "^$username:" "$ROOT/etc/passwd" 2>/dev/null | head -n 1)
+    [ -n "$user_line" ] || usage_error "[ERROR]ERR_NO:0x0091;ERR_DES:${username} not exists! Please add ${username}"
+    group_line=$(grep "^$usergroup:" "$ROOT/etc/group" 2>/dev/null | head -n 1)
+    [ -n "$group_line" ] || usage_error "[ERROR]ERR_NO:0x0091;ERR_DES:${usergroup} group not exists! Please add ${usergroup} group"
+    if [ "$(echo "$user_line" | cut -d: -f4)" != "$(echo "$group_line" | cut -d: -f3)" ] &&
+        ! echo ",$(echo "$group_line" | cut -d: -f4)," | grep -q ",$username,"; then
+        usage_error "[ERROR]ERR_NO:0x0096;ERR_DES:${usergroup} not right! Please check the relatianship of ${username} and ${usergroup}"
+    fi
+    say "[INFO]set username and usergroup, ${username}:${usergroup}"
+fi
+
+remove_files() {  # $1: install path of the installed package
+    rm -rf "$ROOT${1:?}/${SUB:?}"
+    if [ "$PKG_KIND" = driver ]; then
+        rm -f "$ROOT/usr/local/sbin/npu-smi"
+        [ -L "$ROOT/usr/local/bin/npu-smi" ] && rm -f "$ROOT/usr/local/bin/npu-smi"
+    fi
+    return 0
+}
+
+install_files() {
+    local d=$ROOT$path/$SUB
+    mkdir -p "$ROOT$path" && chmod 755 "$ROOT$path"
+    rm -rf "$d"
+    mkdir -p "$d/script/a3rl-standin"
+    install -m 0444 "$here/version.info" "$d/version.info"
+    cp "$here/install.sh" "$here/package.info" "$d/script/a3rl-standin/"
+    cat > "$d/script/uninstall.sh" <<EOF
+#!/bin/bash
+# STAND-IN (a3rl simulator): removes the stand-in $PKG_KIND package, like the vendor's
+# $SUB/script/uninstall.sh. Its options (--quiet, --force) are accepted and ignored.
+cd "\$(dirname "\$0")/a3rl-standin" && exec bash ./install.sh uninstall.sh --uninstall
+EOF
+    chmod 755 "$d/script/uninstall.sh"
+    if [ "$PKG_KIND" = driver ]; then
+        mkdir -p "$d/lib64/common" "$d/lib64/driver" "$d/tools" "$ROOT/usr/local/dcmi" \
+            "$ROOT/var/log/npu/slog/slogd" "$ROOT/usr/local/bin"
+        echo "a3rl simulator STAND-IN: placeholder, no libraries" > "$d/lib64/A3RL-STANDIN"
+        echo "a3rl simulator STAND-IN: placeholder, no DCMI" > "$ROOT/usr/local/dcmi/A3RL-STANDIN"
+        install -D -m 0755 "$here/npu-smi" "$ROOT/usr/local/sbin/npu-smi"
+        ln -sfn ../sbin/npu-smi "$ROOT/usr/local/bin/npu-smi"
+    fi
+}
+
+record_install() {
+    if [ "$PKG_KIND" = driver ]; then
+        [ -n "$(getp UserName)" ] || setp UserName "$username"
+        [ -n "$(getp UserGroup)" ] || setp UserGroup "$usergroup"
+        setp Driver_Install_Type "$installType"
+        setp Driver_Install_Path_Param "$path"
+        setp Driver_Install_For_All "$for_all"
+        if [ $upgrade = n ] || [ -z "$(getp Driver_Install_Mode)" ]; then
+            setp Driver_Install_Mode normal  # an upgrade keeps the recorded mode
+        fi
+    else
+        setp Firmware_Install_Type "$installType"
+        setp Firmware_Install_Path_Param "$path"
+    fi
+}
+
+forget_install() {
+    delp "${PFX}_Install_Path_Param"; delp "${PFX}_Install_Type"
+    if [ "$PKG_KIND" = driver ]; then delp Driver_Install_Mode; delp Driver_Install_For_All; fi
+    grep -q "Install_Path_Param" "$INFO" 2>/dev/null || rm -f "$INFO"
+    rmdir "$ROOT$inst_path" 2>/dev/null
+    return 0
+}
+
+hot_reset_ok() { [ "$(cat "$KNOBS/driver-hotreset" 2>/dev/null)" = success ]; }
+
+driver_done() {  # $1: Install|Upgrade
+    local word=installed
+    [ "$1" = Upgrade ] && word=upgraded
+    log "[INFO]$PKG_KIND $word, version $PKG_VERSION"
+    oplog success
+    if hot_reset_ok; then
+        sayc "[INFO]\033[32mDriver package $word successfully! The new version takes effect immediately. \033[0m"
+        finish 0
+    fi
+    sayc "[INFO]\033[32mDriver package $word successfully! \033[0m\033[31mReboot needed for installation/upgrade to take effect! \033[0m"
+    mark "$PKG_VERSION $word $(now): reboot needed for installation/upgrade to take effect"
+    finish 2
+}
+
+firmware_done() {  # $1: Install|Upgrade
+    local word=installed
+    [ "$1" = Upgrade ] && word=upgraded
+    both "[INFO]Firmware package $word successfully! Reboot now or after driver installation for the installation/upgrade to take effect."
+    mark "$PKG_VERSION $word $(now): the new firmware takes effect after a reboot"
+    oplog success
+    finish 0
+}
+
+if [ $uninstall = y ]; then
+    if [ -z "$inst_path" ]; then
+        both "[ERROR]ERR_NO:0x0080;ERR_DES:$TAG package is not installed on this device, uninstall failed"
+        oplog failed; finish 1
+    fi
+    remove_files "$inst_path"
+    forget_install
+    oplog success
+    if [ "$PKG_KIND" = firmware ]; then
+        both "[INFO]Firmware package uninstalled successfully! Uninstallation takes effect immediately."
+    elif hot_reset_ok; then
+        sayc "[INFO]\033[32mDriver package uninstalled successfully! Uninstallation takes effect immediately. \033[0m"
+    else
+        sayc "[INFO]\033[32mDriver package uninstalled successfully! \033[0m\033[31mReboot needed for uninstallation to take effect! \033[0m"
+        mark "uninstalled $(now): reboot needed for uninstallation to take effect"
+    fi
+    finish 0
+fi
+
+if [ "$PKG_KIND" = firmware ]; then
+    drv=$(getp Driver_Install_Path_Param)
+    if [ -z "$drv" ] || [ ! -f "$ROOT$drv/driver/version.info" ]; then
+        both "[ERROR]The driver package is not installed, please install the driver package first."
+        oplog failed; finish 1
+    fi
+    chips=0
+    for f in "$ROOT"/dev/davinci*; do
+        [[ ${f##*/} =~ ^davinci[0-9]+$ ]] && chips=$((chips + 1))
+    done
+    if [ "$chips" -eq 0 ]; then
+        both "[ERROR]No NPU chip is found, the firmware cannot be upgraded."
+        oplog failed; finish 1
+    fi
+    if [ $upgrade = y ] && [ "$base_version" = "$PKG_VERSION" ]; then
+        both "[INFO]The firmware version is already $PKG_VERSION, no upgrade is needed."
+        oplog success; finish 0
+    fi
+    [ -n "$inst_path" ] && remove_files "$inst_path"
+    say "[INFO]upgradePercentage: 0%"
+    install_files
+    say "[INFO]upgradePercentage: 100%"
+    both "[INFO]The firmware of [$chips] chips are successfully upgraded."
+    record_install
+    if [ $upgrade = y ] && [ -n "$inst_path" ]; then firmware_done Upgrade; else firmware_done Install; fi
+fi
+
+# Driver: first install, overwrite install (--full/--run) or upgrade.
+mode=Install
+if [ -n "$inst_path" ]; then
+    if [ $upgrade = y ]; then
+        mode=Upgrade
+    elif [ -n "$base_version" ] && [ $quiet = n ]; then
+        say "[INFO]Driver package has been installed on the path $inst_path, the version is ${base_version}, and the version of this package is ${PKG_VERSION},do you want to continue?  [y/n] "
+        ask
+    fi
+    remove_files "$inst_path"
+fi
+operation=$mode
+say "[INFO]upgradePercentage:10%"
+install_files
+say "[INFO]upgradePercentage:100%"
+record_install
+driver_done "$mode"
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m a3rl.sim.standins OUTDIR``: write the driver and firmware stand-ins."""
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("out", type=Path)
+    p.add_argument("--driver-version", default=DEFAULT_DRIVER_VERSION)
+    p.add_argument("--firmware-version", default=DEFAULT_FIRMWARE_VERSION)
+    p.add_argument("--arch", default="x86_64", choices=sorted(_ARCH))
+    a = p.parse_args(argv)
+    a.out.mkdir(parents=True, exist_ok=True)
+    for path in (build_driver_run(a.driver_version, a.out, a.arch),
+                 build_firmware_run(a.firmware_version, a.out, a.arch,
+                                    hdk_version=a.driver_version)):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
