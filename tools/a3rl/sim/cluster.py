@@ -166,8 +166,14 @@ def _start_node(cluster: Cluster, node: Node, image: str, npus: int) -> None:
         "run", "-d", "--name", node.container, "--hostname", node.hostname,
         "--label", f"{LABEL}={cluster.name}", "--label", f"a3rl.sim.node={node.hostname}",
         "--network", cluster.network, "--ip", node.ip,
-        "--privileged", "--cgroupns=private", "--systemd=always", "--init=false",
+        # systemd is PID 1, but podman's --systemd=always mode is off: on these cgroup v1
+        # hosts it puts a *restarted* node's systemd into the host's name=systemd root
+        # (and `podman exec` fails after that). The mounts systemd needs are given here.
+        "--privileged", "--cgroupns=private", "--systemd=false", "--init=false",
+        "--tmpfs", "/run", "--tmpfs", "/run/lock", "--tmpfs", "/tmp",
         "--shm-size=512m",
+        # A reboot inside the node (systemd exits) must bring the node back, as on hardware.
+        "--restart=always",
         "-v", f"{cluster.key}.pub:/root/.ssh/authorized_keys:ro",
         "-v", f"{knobs}:/etc/a3rl-sim",
         # Engine storage on the host's filesystem: overlay works there, not on overlay.
@@ -272,8 +278,8 @@ def up(
             list(pool.map(lambda n: _start_node(cluster, n, image, npus), members))
         _wait_ssh(cluster, members, log)
         log(f"{nodes} node(s) up in {time.monotonic() - t0:.1f}s")
-    _write_standins(cluster)
-    inventory.write(cluster, members)
+    driver, firmware = _write_standins(cluster)
+    inventory.write(cluster, members, {"driver": driver, "firmware": firmware})
     return cluster
 
 

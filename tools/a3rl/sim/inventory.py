@@ -8,6 +8,9 @@ Only what differs on the simulator goes into its group_vars, each line saying wh
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
@@ -36,8 +39,13 @@ def hosts(nodes: list[Node]) -> dict:
     }
 
 
-def group_vars(cluster: Cluster) -> dict:
-    return {
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def group_vars(cluster: Cluster, packages: Mapping[str, Path] | None = None) -> dict:
+    packages = packages or {}
+    gv = {
         "ansible_user": "root",
         "ansible_ssh_private_key_file": str(cluster.key),
         # Host keys were read from each node through podman and recorded here.
@@ -56,15 +64,21 @@ def group_vars(cluster: Cluster) -> dict:
             {"path": "/var/lib/docker", "min_free_gb": 5, "what": "the training image"},
             {"path": "/data", "min_free_gb": 5, "what": "datasets, model files, checkpoints"},
         ],
+        # Nodes are containers sharing the host's boot_id; PID 1's start time (in clock
+        # ticks since the host booted) changes when a node reboots.
+        "npu_driver_boot_time_command": "cut -d' ' -f22 /proc/1/stat",
     }
+    for kind, path in packages.items():
+        gv[f"npu_driver_{kind}_src"] = str(path)
+        gv[f"npu_driver_{kind}_sha256"] = _sha256(path)
+    return gv
 
 
-def write(cluster: Cluster, nodes: list[Node]) -> None:
+def write(cluster: Cluster, nodes: list[Node], packages: Mapping[str, Path] | None = None) -> None:
     inv = cluster.inventory_dir
     (inv / "group_vars").mkdir(parents=True, exist_ok=True)
     (inv / "hosts.yml").write_text(
         HEADER + "---\n" + yaml.safe_dump(hosts(nodes), sort_keys=False, width=1000)
     )
-    (inv / "group_vars" / "a3_nodes.yml").write_text(
-        HEADER + "---\n" + yaml.safe_dump(group_vars(cluster), sort_keys=False, width=1000)
-    )
+    gv = yaml.safe_dump(group_vars(cluster, packages), sort_keys=False, width=1000)
+    (inv / "group_vars" / "a3_nodes.yml").write_text(HEADER + "---\n" + gv)

@@ -1,0 +1,112 @@
+"""Version ordering, install decisions and npu-smi parsing for the npu_driver role."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from a3rl import npu
+from a3rl.sim.standins import NPU_SMI, driver_version_info
+
+
+def test_parse_kv_reads_version_info():
+    kv = npu.parse_kv(driver_version_info("25.3.rc1") + "# comment=no\nnot a pair\n")
+    assert kv["Version"] == "25.3.rc1"
+    assert kv["package_version"] == "25.3.rc1"
+    assert "# comment" not in kv
+
+
+@pytest.mark.parametrize(
+    ("older", "newer"),
+    [("25.2.1", "25.3.rc1"), ("25.3.rc1", "25.3.rc2"), ("25.3.RC2", "25.3.0"),
+     ("25.3.0", "25.3.1"), ("24.1.rc3", "25.3.rc1"), ("7.8.0.2.210", "7.8.0.2.212"),
+     ("7.8.0.2.212", "7.8.0.3")],
+)
+def test_version_order(older, newer):
+    assert npu.version_key(older) < npu.version_key(newer)
+
+
+def test_version_equal_forms():
+    assert npu.version_key("25.3.RC1") == npu.version_key("25.3.rc1")
+    assert npu.version_key("25.3") == npu.version_key("25.3.0")
+
+
+@pytest.mark.parametrize(
+    ("installed", "wanted", "action"),
+    [(None, "25.3.rc1", "install"), ("", "25.3.rc1", "install"),
+     ("25.2.1", "25.3.rc1", "upgrade"), ("25.3.rc1", "25.3.rc1", "none")],
+)
+def test_package_action(installed, wanted, action):
+    assert npu.package_action(installed, wanted) == action
+
+
+def test_downgrade_refused_unless_allowed():
+    assert npu.package_action("25.3.1", "25.3.rc1") == "refuse"
+    assert npu.package_action("25.3.1", "25.3.rc1", allow_downgrade=True) == "downgrade"
+
+
+def _standin_output(tmp_path: Path, devices: int, health: str = "") -> str:
+    (tmp_path / "dev").mkdir()
+    for i in range(devices):
+        (tmp_path / "dev" / f"davinci{i}").touch()
+    driver = tmp_path / "usr/local/Ascend/driver"
+    driver.mkdir(parents=True)
+    (driver / "version.info").write_text(driver_version_info("25.3.rc1"))
+    (tmp_path / "etc/a3rl-sim").mkdir(parents=True)
+    (tmp_path / "etc/a3rl-sim/npu-health").write_text(health)
+    return subprocess.run([str(NPU_SMI), "info"], check=True, capture_output=True, text=True,
+                          env={**os.environ, "A3RL_STANDIN_ROOT": str(tmp_path)}).stdout
+
+
+def test_parse_a3_layout_from_the_standin(tmp_path):
+    chips = npu.parse_npu_smi_info(_standin_output(tmp_path, 16))
+    assert len(chips) == 16
+    assert [(c["npu"], c["chip"], c["phy_id"]) for c in chips[:3]] == [
+        (0, 0, 0), (0, 1, 1), (1, 0, 2)]
+    assert all(c["health"] == "OK" for c in chips)
+    assert npu.npu_health_problems("n1", chips, 16) == []
+
+
+def test_unhealthy_chip_is_named(tmp_path):
+    chips = npu.parse_npu_smi_info(_standin_output(tmp_path, 16, "3 Critical\n"))
+    [msg] = npu.npu_health_problems("n1", chips, 16)
+    assert msg.startswith("n1: NPU 1 chip 1 (/dev/davinci3) reports health Critical")
+
+
+def test_missing_chips_counted(tmp_path):
+    chips = npu.parse_npu_smi_info(_standin_output(tmp_path, 14))
+    [msg] = npu.npu_health_problems("n1", chips, 16)
+    assert "lists 14 NPU chips, expected 16" in msg
+
+
+# The older single-die layout (Atlas 800T A2), as published: no Phy-ID column.
+A2_SAMPLE = """\
++------------------------------------------------------------------------------------------------+
+| npu-smi 23.0.6                   Version: 23.0.6                                               |
++---------------------------+---------------+----------------------------------------------------+
+| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|
+| Chip                      | Bus-Id        | AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)        |
++===========================+===============+====================================================+
+| 0     910B3               | OK            | 97.6        37                0    / 0             |
+| 0                         | 0000:C1:00.0  | 0           0    / 0          3398 / 65536         |
++===========================+===============+====================================================+
+| 1     910B3               | Warning       | 93.0        36                0    / 0             |
+| 0                         | 0000:01:00.0  | 0           0    / 0          3397 / 65536         |
++===========================+===============+====================================================+
++---------------------------+---------------+----------------------------------------------------+
+| NPU     Chip              | Process id    | Process name             | Process memory(MB)      |
++===========================+===============+====================================================+
+| No running processes found in NPU 0                                                            |
++===========================+===============+====================================================+
+"""
+
+
+def test_parse_older_layout():
+    chips = npu.parse_npu_smi_info(A2_SAMPLE)
+    assert [(c["npu"], c["chip"], c["phy_id"], c["health"]) for c in chips] == [
+        (0, 0, None, "OK"), (1, 0, None, "Warning")]
+    [msg] = npu.npu_health_problems("n1", chips, 2)
+    assert msg.startswith("n1: NPU 1 chip 0 reports health Warning")

@@ -1,0 +1,107 @@
+"""Ascend NPU facts: vendor version files, package versions, ``npu-smi info`` tables.
+
+The npu_driver role decides what to do (install, upgrade, nothing) and whether the node
+is healthy from these; the rules live here, with unit tests, not in Jinja.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+HEALTHY = "OK"
+
+
+def parse_kv(text: str) -> dict[str, str]:
+    """``key=value`` lines (``version.info``, ``ascend_install.info``); others ignored."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if "=" in line and not line.lstrip().startswith("#"):
+            key, _, value = line.partition("=")
+            out[key.strip()] = value.strip()
+    return out
+
+
+def version_key(version: str) -> tuple:
+    """Order Ascend versions: ``25.2.1 < 25.3.rc1 < 25.3.rc2 < 25.3.0 < 25.3.1``.
+
+    A release candidate ``rcN`` comes before the final release of the same line; case
+    does not matter (Huawei writes both ``25.3.RC1`` and ``25.3.rc1``).
+    """
+    parts: list[tuple[float, int, str]] = []
+    for part in re.split(r"[.\-]", version.strip().lower()):
+        if part.isdigit():
+            parts.append((2, int(part), ""))
+        elif (m := re.fullmatch(r"rc(\d+)", part)) is not None:
+            parts.append((1, int(m.group(1)), ""))
+        elif part:
+            parts.append((0, 0, part))
+    # ``25.3`` equals ``25.3.0``; its end sorts after any ``rcN`` and before ``.1``.
+    while parts and parts[-1] == (2, 0, ""):
+        parts.pop()
+    parts.append((1.5, 0, ""))
+    return tuple(parts)
+
+
+def package_action(installed: str | None, wanted: str, allow_downgrade: bool = False) -> str:
+    """What to run: ``install`` (clean node), ``upgrade``, ``none`` or ``downgrade``;
+    ``refuse`` for a downgrade that is not allowed (the role fails with the reason)."""
+    if not installed:
+        return "install"
+    have, want = version_key(installed), version_key(wanted)
+    if have == want:
+        return "none"
+    if have < want:
+        return "upgrade"
+    return "downgrade" if allow_downgrade else "refuse"
+
+
+_BUS_ID = re.compile(r"^[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
+
+
+def parse_npu_smi_info(text: str) -> list[dict[str, Any]]:
+    """The chips of an ``npu-smi info`` table: npu, chip, phy_id (None if absent),
+    name, health, bus_id. Works for the A3 layout (Chip + Phy-ID) and the older one."""
+    chips: list[dict[str, Any]] = []
+    npu: dict[str, Any] | None = None
+    for line in text.splitlines():
+        if "Process id" in line:
+            break  # the process table follows; nothing more about chips
+        if not line.startswith("|"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3:
+            continue
+        first = cells[0].split()
+        if _BUS_ID.match(cells[1]) and npu is not None and first and first[0].isdigit():
+            chips.append({
+                "npu": npu["npu"], "chip": int(first[0]),
+                "phy_id": int(first[1]) if len(first) > 1 and first[1].isdigit() else None,
+                "name": npu["name"], "health": npu["health"], "bus_id": cells[1],
+            })
+        elif len(first) >= 2 and first[0].isdigit() and cells[1] and not cells[1][0].isdigit():
+            npu = {"npu": int(first[0]), "name": first[1], "health": cells[1].split()[0]}
+    return chips
+
+
+def npu_health_problems(host: str, chips: Sequence[dict[str, Any]], expected: int) -> list[str]:
+    """All ``expected`` chips present and healthy; each problem names the chip."""
+    problems = []
+    if len(chips) != expected:
+        problems.append(
+            f"{host}: npu-smi lists {len(chips)} NPU chips, expected {expected}. Fix: check "
+            "the driver installation (npu-smi info) and the hardware; reboot if the driver "
+            "asked for it."
+        )
+    for c in chips:
+        if c["health"] != HEALTHY:
+            where = f"NPU {c['npu']} chip {c['chip']}"
+            if c.get("phy_id") is not None:
+                where += f" (/dev/davinci{c['phy_id']})"
+            problems.append(
+                f"{host}: {where} reports health {c['health']}. Fix: see "
+                f"`npu-smi info -t health -i {c['npu']} -c {c['chip']}` for the alarm and "
+                "replace or reset that NPU before training."
+            )
+    return problems
