@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from a3rl.paths import project_root, sim_dir
-from a3rl.sim import inventory, podman, standins
+from a3rl.sim import cann, inventory, podman, standins
 from a3rl.sim.image import ImageSpec, ensure_image
 
 LABEL = "a3rl.sim.cluster"
@@ -255,6 +255,7 @@ def up(
         raise ValueError("--nodes must be at least 1")
     cluster = Cluster(name, nodes, subnet or default_subnet(name))
     image = ensure_image(ImageSpec(), log)
+    cann_archive = cann.ensure_archive(image, log)
     members = cluster.members()
     current = _running(cluster)
     want = {n.container for n in members}
@@ -271,6 +272,9 @@ def up(
         if current:
             log(f"removing {len(current)} stale container(s) of cluster {name!r}")
             _remove_containers(cluster)
+        # New nodes start empty, like freshly installed machines: no engine storage or
+        # knobs left from an earlier cluster of this name.
+        shutil.rmtree(cluster.state / "nodes", ignore_errors=True)
         _ensure_key(cluster)
         _ensure_network(cluster)
         t0 = time.monotonic()
@@ -279,7 +283,7 @@ def up(
         _wait_ssh(cluster, members, log)
         log(f"{nodes} node(s) up in {time.monotonic() - t0:.1f}s")
     driver, firmware = _write_standins(cluster)
-    inventory.write(cluster, members, {"driver": driver, "firmware": firmware})
+    inventory.write(cluster, members, {"driver": driver, "firmware": firmware}, cann_archive)
     return cluster
 
 

@@ -8,14 +8,16 @@ Only what differs on the simulator goes into its group_vars, each line saying wh
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
 
+from a3rl.files import sha256_file
+
 if TYPE_CHECKING:
+    from a3rl.sim.cann import CannArchive
     from a3rl.sim.cluster import Cluster, Node
 
 HEADER = "# Written by `a3rl sim up`; rewritten on every up, removed by `a3rl sim down`.\n"
@@ -39,11 +41,8 @@ def hosts(nodes: list[Node]) -> dict:
     }
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def group_vars(cluster: Cluster, packages: Mapping[str, Path] | None = None) -> dict:
+def group_vars(cluster: Cluster, packages: Mapping[str, Path] | None = None,
+               cann_archive: CannArchive | None = None) -> dict:
     packages = packages or {}
     gv = {
         "ansible_user": "root",
@@ -70,15 +69,26 @@ def group_vars(cluster: Cluster, packages: Mapping[str, Path] | None = None) -> 
     }
     for kind, path in packages.items():
         gv[f"npu_driver_{kind}_src"] = str(path)
-        gv[f"npu_driver_{kind}_sha256"] = _sha256(path)
+        gv[f"npu_driver_{kind}_sha256"] = sha256_file(path)
+    if cann_archive is not None:
+        # STAND-IN for the CANN training image, handed over as an offline archive.
+        gv.update({
+            "cann_image_name": cann_archive.name,
+            "cann_image_tag": cann_archive.tag,
+            "cann_image_source": "tarball",
+            "cann_image_tarball": str(cann_archive.path),
+            "cann_image_tarball_sha256": cann_archive.sha256,
+        })
     return gv
 
 
-def write(cluster: Cluster, nodes: list[Node], packages: Mapping[str, Path] | None = None) -> None:
+def write(cluster: Cluster, nodes: list[Node], packages: Mapping[str, Path] | None = None,
+          cann_archive: CannArchive | None = None) -> None:
     inv = cluster.inventory_dir
     (inv / "group_vars").mkdir(parents=True, exist_ok=True)
     (inv / "hosts.yml").write_text(
         HEADER + "---\n" + yaml.safe_dump(hosts(nodes), sort_keys=False, width=1000)
     )
-    gv = yaml.safe_dump(group_vars(cluster, packages), sort_keys=False, width=1000)
+    gv = yaml.safe_dump(group_vars(cluster, packages, cann_archive), sort_keys=False,
+                        width=1000)
     (inv / "group_vars" / "a3_nodes.yml").write_text(HEADER + "---\n" + gv)

@@ -1,0 +1,170 @@
+"""cann_image and training_container on the simulator: the stand-in CANN image archive is
+loaded once per node with the same image ID everywhere, and the training container runs
+with every NPU device, recreated only when its spec changes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from a3rl.images import archive_image_id
+from a3rl.sim import podman
+
+from .conftest import failure_text, play
+
+IMAGE_PLAY = "playbooks/cann_image.yml"
+CONTAINER_PLAY = "playbooks/training_container.yml"
+
+
+def image_ids(container: str) -> list[str]:
+    out = podman.exec_(container, "docker", "images", "--no-trunc", "--format",
+                       "{{.Repository}}:{{.Tag}} {{.ID}}").stdout
+    return sorted(line for line in out.splitlines() if "cann-standin" in line)
+
+
+def train_inspect(container: str) -> dict:
+    out = podman.exec_(container, "docker", "inspect", "a3rl-train").stdout
+    return json.loads(out)[0]
+
+
+@pytest.fixture(scope="module")
+def site(sim):
+    result = play("site.yml", sim.inventory_dir)
+    assert result.ok, failure_text(result)
+    return sim
+
+
+def _archive(sim) -> tuple[str, str]:
+    import yaml
+
+    gv = yaml.safe_load((sim.inventory_dir / "group_vars/a3_nodes.yml").read_text())
+    return gv["cann_image_tarball"], f"{gv['cann_image_name']}:{gv['cann_image_tag']}"
+
+
+def test_same_image_id_on_every_node(site):
+    archive, ref = _archive(site)
+    expected = f"{ref} {archive_image_id(archive)}"
+    for node in site.members():
+        assert image_ids(node.container) == [expected]
+    again = play(IMAGE_PLAY, site.inventory_dir)
+    assert again.ok and again.changed == 0
+
+
+def test_only_the_node_without_the_image_gets_it(site):
+    node1, node2 = (n.container for n in site.members())
+    _, ref = _archive(site)
+    podman.exec_(node2, "docker", "rmi", "-f", ref)
+    result = play(IMAGE_PLAY, site.inventory_dir)
+    assert result.ok, failure_text(result)
+    assert result.stats["changed"].get("node1", 0) == 0
+    assert result.stats["changed"]["node2"] > 0
+    assert image_ids(node1) == image_ids(node2)
+
+
+def test_altered_archive_is_refused(site, tmp_path):
+    archive, ref = _archive(site)
+    node2 = site.members()[1].container
+    podman.exec_(node2, "docker", "rmi", "-f", ref)
+    try:
+        result = play(IMAGE_PLAY, site.inventory_dir,
+                      extravars={"cann_image_tarball_sha256": "f" * 64})
+        assert not result.ok
+        text = failure_text(result)
+        assert f"{archive}: has sha256" in text and "Nothing was loaded" in text
+        assert image_ids(node2) == []
+    finally:
+        assert play(IMAGE_PLAY, site.inventory_dir).ok
+
+
+def test_training_container_has_every_npu_and_is_not_privileged(site):
+    for node in site.members():
+        info = train_inspect(node.container)
+        assert info["State"]["Running"]
+        assert info["HostConfig"]["Privileged"] is False
+        assert info["HostConfig"]["NetworkMode"] == "host"
+        devs = podman.exec_(node.container, "docker", "exec", "a3rl-train", "sh", "-c",
+                            "ls /dev | grep -c '^davinci[0-9]*$'").stdout.strip()
+        assert devs == "16"
+        smi = podman.exec_(node.container, "docker", "exec", "a3rl-train",
+                           "npu-smi", "info").stdout
+        assert smi.count("Ascend910") == 16
+
+
+def test_training_container_recreated_only_when_its_spec_changes(site):
+    node = site.members()[0].container
+    first = train_inspect(node)["Id"]
+    assert play(CONTAINER_PLAY, site.inventory_dir).changed == 0
+    assert train_inspect(node)["Id"] == first
+    changed = play(CONTAINER_PLAY, site.inventory_dir,
+                   extravars={"training_container_env": {"A3RL_PROBE": "1"}})
+    assert changed.ok, failure_text(changed)
+    second = train_inspect(node)
+    assert second["Id"] != first and "A3RL_PROBE=1" in second["Config"]["Env"]
+    restored = play(CONTAINER_PLAY, site.inventory_dir)
+    assert restored.ok and restored.changed > 0
+    third = train_inspect(node)["Id"]
+    assert play(CONTAINER_PLAY, site.inventory_dir).changed == 0
+    assert train_inspect(node)["Id"] == third
+
+
+def _have(container: str, ref: str) -> str:
+    return podman.exec_(container, "docker", "image", "inspect", "-f", "{{.Id}}", ref,
+                        check=False).stdout.strip()
+
+
+def test_registry_source_pulls_once_on_the_stager(site, tmp_path):
+    """A real registry (Debian's docker-registry) on the stager node, at 127.0.0.1:5000."""
+    node1, node2 = (n.container for n in site.members())
+    _, ref = _archive(site)
+    # Debian's default config points htpasswd at a folder: give it a real user file.
+    podman.exec_(node1, "sh", "-c", """set -e
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker-registry >/dev/null
+        python3 -W ignore -c 'import crypt; print("a3rl:" + crypt.crypt("s3cret",
+            crypt.mksalt(crypt.METHOD_BLOWFISH)))' > /etc/docker/registry/htpasswd
+        sed -i 's#path: /etc/docker/registry$#path: /etc/docker/registry/htpasswd#' \
+            /etc/docker/registry/config.yml
+        systemctl restart docker-registry""")
+    remote = "127.0.0.1:5000/a3rl/cann-standin:pushed"
+    podman.exec_(node1, "sh", "-c", f"""set -e
+        docker login -u a3rl -p s3cret 127.0.0.1:5000 >/dev/null 2>&1
+        docker tag {ref} {remote}
+        docker push -q {remote} >/dev/null
+        docker rmi {remote} >/dev/null
+        docker logout 127.0.0.1:5000 >/dev/null""")
+    extra = {"cann_image_source": "registry", "cann_image_registry_ref": remote,
+             "cann_image_registry_username": "a3rl", "cann_image_registry_password": "s3cret",
+             "cann_image_tag": "viaregistry", "cann_image_cache_dir": str(tmp_path)}
+    result = play(IMAGE_PLAY, site.inventory_dir, extravars=extra)
+    assert result.ok, failure_text(result)
+    want = _have(node1, "localhost/a3rl/cann-standin:viaregistry")
+    assert want and _have(node2, "localhost/a3rl/cann-standin:viaregistry") == want
+    # Pulled on the stager only: node2 never saw the registry reference.
+    assert _have(node2, remote) == ""
+    # The password never reached the play's output.
+    assert "s3cret" not in (result.record / "artifacts").joinpath(
+        next(p.name for p in (result.record / "artifacts").iterdir()), "stdout").read_text()
+    [archive] = tmp_path.glob("*.tar")
+    assert archive_image_id(archive) == want
+    again = play(IMAGE_PLAY, site.inventory_dir, extravars=extra)
+    assert again.ok and again.changed == 0, again.stats
+
+
+def test_build_source_builds_once_on_the_stager(site, tmp_path):
+    node1, node2 = (n.container for n in site.members())
+    _, ref = _archive(site)
+    ctx = tmp_path / "context"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text(f"FROM {ref}\nLABEL a3rl.test=built-on-the-stager\n")
+    extra = {"cann_image_source": "build", "cann_image_build_context": str(ctx),
+             "cann_image_tag": "viabuild", "cann_image_cache_dir": str(tmp_path / "cache")}
+    result = play(IMAGE_PLAY, site.inventory_dir, extravars=extra)
+    assert result.ok, failure_text(result)
+    want = _have(node1, "localhost/a3rl/cann-standin:viabuild")
+    assert want and _have(node2, "localhost/a3rl/cann-standin:viabuild") == want
+    label = podman.exec_(node2, "docker", "image", "inspect", "-f",
+                         "{{index .Config.Labels \"a3rl.test\"}}",
+                         "localhost/a3rl/cann-standin:viabuild").stdout.strip()
+    assert label == "built-on-the-stager"
+    again = play(IMAGE_PLAY, site.inventory_dir, extravars=extra)
+    assert again.ok and again.changed == 0, again.stats

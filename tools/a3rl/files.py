@@ -1,0 +1,15 @@
+"""Small file helpers shared by the simulator and the reports."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+
+def sha256_file(path: Path) -> str:
+    """sha256 of a file, read in 1 MiB chunks (images are hundreds of MB)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

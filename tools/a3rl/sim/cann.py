@@ -1,0 +1,90 @@
+"""The stand-in CANN training image for the simulator, as a ``docker save`` archive.
+
+The real image is ~20 GB and built from the CANN base image, which cannot be fetched
+here. The stand-in is the simulated node's own image plus what the simulator's
+stand-in trainer needs (see ``files/cann-standin``). It is handed to the cluster the
+way a real site hands over an offline image: one archive on the controller with its
+sha256, which the ``cann_image`` role distributes and loads. Built once per content.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from a3rl.files import sha256_file
+from a3rl.images import archive_image_id
+from a3rl.paths import cache_dir
+from a3rl.sim import podman
+
+CONTEXT = Path(__file__).resolve().parent / "files" / "cann-standin"
+REPO = "a3rl/cann-standin"
+
+
+@dataclass(frozen=True)
+class CannArchive:
+    path: Path
+    sha256: str
+    name: str
+    tag: str
+    image_id: str
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}:{self.tag}"
+
+
+def digest(node_image: str) -> str:
+    h = hashlib.sha256(f"base={node_image}\n".encode())
+    for f in sorted(CONTEXT.iterdir()):
+        h.update(f.name.encode() + b"\n" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def ensure_archive(node_image: str, log: Callable[[str], None] = print) -> CannArchive:
+    """Build (once) and return the stand-in image archive for this node image."""
+    tag = digest(node_image)
+    out = cache_dir() / "sim-cann"
+    out.mkdir(parents=True, exist_ok=True)
+    meta = out / f"{tag}.json"
+    tar = out / f"{tag}.tar"
+    with open(out / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if meta.is_file() and tar.is_file():
+            data = json.loads(meta.read_text())
+            log(f"CANN image stand-in {REPO}:{tag} exists (content-addressed): reused")
+            return CannArchive(tar, data["sha256"], f"localhost/{REPO}", tag, data["image_id"])
+        log(f"building the CANN image stand-in {REPO}:{tag}")
+        with tempfile.TemporaryDirectory(dir=out) as ctx_dir:
+            ctx = Path(ctx_dir)
+            for f in CONTEXT.iterdir():
+                shutil.copy(f, ctx / f.name)
+            # Wheels come from the host (its TLS trust); sdists become wheels here.
+            proc = subprocess.run(
+                [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                 "-w", str(ctx / "wheels"), "-r", str(CONTEXT / "requirements.txt")],
+                capture_output=True, text=True,
+            )
+            if proc.returncode != 0:
+                raise RuntimeError(f"pip wheel for the CANN stand-in failed: {proc.stderr}")
+            ref = f"localhost/{REPO}:{tag}"
+            podman.run(["build", "--quiet", "--build-arg", f"BASE={node_image}", "-t", ref,
+                        str(ctx)], timeout=1200)
+            partial = out / f".{tag}.tar.partial"
+            partial.unlink(missing_ok=True)
+            podman.run(["save", "--format", "docker-archive", "-o", str(partial), ref],
+                       timeout=1200)
+            image_id = archive_image_id(partial)
+            partial.rename(tar)
+        data = {"sha256": sha256_file(tar), "image_id": image_id, "ref": ref}
+        meta.write_text(json.dumps(data, indent=1) + "\n")
+        log(f"CANN image stand-in built: {tar} ({tar.stat().st_size / 1e6:.0f} MB)")
+        return CannArchive(tar, data["sha256"], f"localhost/{REPO}", tag, image_id)
