@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,17 @@ def installed(node: cluster.Node, kind: str = "driver") -> str:
     text = podman.exec_(node.container, "cat",
                         f"/usr/local/Ascend/{kind}/version.info").stdout
     return next(ln.split("=", 1)[1] for ln in text.splitlines() if ln.startswith("Version="))
+
+
+def _wait_running(container: str, name: str, timeout: float = 60) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = podman.exec_(container, "docker", "inspect", "-f", "{{.State.Running}}", name,
+                             check=False).stdout.strip()
+        if state == "true":
+            return True
+        time.sleep(1)
+    return False
 
 
 def boot_mark(node: cluster.Node) -> str:
@@ -129,6 +141,8 @@ def test_reboot_only_when_allowed_then_cleared(provisioned):
     for n in nodes:
         assert boot_mark(n) != before[n.hostname]
         assert podman.exec_(n.container, "test", "-e", marker, check=False).returncode == 1
+        # The engine (enabled) and the training container (unless-stopped) come back.
+        assert _wait_running(n.container, "a3rl-train")
     after = {n.hostname: boot_mark(n) for n in nodes}
     again = play(PLAY, provisioned.inventory_dir, extravars={"npu_driver_allow_reboot": True})
     assert again.ok and again.changed == 0
