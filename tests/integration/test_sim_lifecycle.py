@@ -33,9 +33,19 @@ def test_up_status_reuse_down(capsys):
     assert main(["sim", "status", "--name", NAME]) == 0
     assert "node1" in capsys.readouterr().out
 
+    # --check on fresh nodes passes and installs nothing (it only refreshes apt's lists,
+    # which it needs to say what would be installed).
+    from a3rl.runner import run_play
+
+    check = run_play("site.yml", c.inventory_dir, check=True, quiet=True)
+    assert check.ok, check.failures
+    assert check.changed > 0  # the driver, engine, image and container would all change
+    node = c.members()[0].container
+    assert podman.exec_(node, "test", "-e", "/usr/local/Ascend", check=False).returncode == 1
+    assert podman.exec_(node, "sh", "-c", "command -v docker", check=False).returncode != 0
+
     # The stand-in driver installs on a node with the vendor's command line, and its
     # npu-smi sees the node's 16 stand-in devices (8 A3 cards x 2 chips) ...
-    node = c.members()[0].container
     [driver] = c.standin_dir.glob("Atlas-A3-hdk-npu-driver_*.run")
     podman.run(["cp", str(driver), f"{node}:/tmp/driver.run"])
     assert "All good" in podman.exec_(node, "bash", "/tmp/driver.run", "--check").stdout
