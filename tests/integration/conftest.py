@@ -57,13 +57,14 @@ def failure_text(result: PlayResult) -> str:
 
 def snapshot(sim: cluster.Cluster) -> dict[str, object]:
     """What a play could change on the nodes: files on the root filesystem newer than a
-    marker (logs aside), the device nodes, and each container's start time."""
+    marker (logs, and the /run and /tmp mount points whose entries come and go with SSH
+    sessions, aside), the device nodes, and each container's start time."""
     state: dict[str, object] = {}
     for node in sim.members():
         files = podman.exec_(
             node.container, "sh", "-c",
             "find / -xdev -newer /run/a3rl-test-marker "
-            "-not -path /tmp -not -path '/tmp/*' -not -path '/root/.ansible*' "
+            "-not -path /tmp -not -path '/tmp/*' -not -path /run -not -path '/root/.ansible*' "
             # Logs (sshd logins in the journal) are expected to grow; they are not state.
             "-not -path '/var/log/*' 2>/dev/null "
             "|| true",

@@ -39,7 +39,8 @@ def _archive(sim) -> tuple[str, str]:
     import yaml
 
     gv = yaml.safe_load((sim.inventory_dir / "group_vars/a3_nodes.yml").read_text())
-    return gv["cann_image_tarball"], f"{gv['cann_image_name']}:{gv['cann_image_tag']}"
+    return gv["cann_image_tarball"], \
+        f"{gv['a3rl_training_image_name']}:{gv['a3rl_training_image_tag']}"
 
 
 def test_same_image_id_on_every_node(site):

@@ -52,7 +52,8 @@ def old_driver(tmp_path_factory) -> tuple[Path, str]:
     return pkg, hashlib.sha256(pkg.read_bytes()).hexdigest()
 
 
-def test_fresh_install_verified_then_idempotent(provisioned):
+def test_fresh_install_then_idempotent(provisioned):
+    # The NPU check itself waits for the reboot; see the last two tests.
     for node in provisioned.members():
         assert installed(node) == "25.3.rc1"
         assert installed(node, "firmware") == "7.8.0.2.212"
@@ -111,19 +112,6 @@ def test_altered_package_is_refused_and_nothing_installed(provisioned, old_drive
     assert all(installed(n) == "25.3.rc1" for n in provisioned.members())
 
 
-def test_unhealthy_chip_fails_naming_host_and_chip(provisioned):
-    cluster.set_npu_health(provisioned.name, "node2", 3, "Critical")
-    try:
-        result = play(PLAY, provisioned.inventory_dir)
-        assert not result.ok
-        text = failure_text(result)
-        assert "node2: NPU 1 chip 1 (/dev/davinci3) reports health Critical" in text
-        assert "node1:" not in text
-    finally:
-        cluster.set_npu_health(provisioned.name, "node2", 3, "OK")
-    assert play(PLAY, provisioned.inventory_dir).ok
-
-
 def test_reboot_only_when_allowed_then_cleared(provisioned):
     nodes = provisioned.members()
     marker = "/var/lib/a3rl/npu-reboot-required"
@@ -147,3 +135,17 @@ def test_reboot_only_when_allowed_then_cleared(provisioned):
     again = play(PLAY, provisioned.inventory_dir, extravars={"npu_driver_allow_reboot": True})
     assert again.ok and again.changed == 0
     assert {n.hostname: boot_mark(n) for n in nodes} == after
+
+
+def test_unhealthy_chip_fails_naming_host_and_chip(provisioned):
+    # After the reboot test: no reboot is pending, so the NPU check runs.
+    cluster.set_npu_health(provisioned.name, "node2", 3, "Critical")
+    try:
+        result = play(PLAY, provisioned.inventory_dir)
+        assert not result.ok
+        text = failure_text(result)
+        assert "node2: NPU 1 chip 1 (/dev/davinci3) reports health Critical" in text
+        assert "node1:" not in text
+    finally:
+        cluster.set_npu_health(provisioned.name, "node2", 3, "OK")
+    assert play(PLAY, provisioned.inventory_dir).ok

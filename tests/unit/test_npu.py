@@ -31,7 +31,15 @@ def test_version_order(older, newer):
 
 def test_version_equal_forms():
     assert npu.version_key("25.3.RC1") == npu.version_key("25.3.rc1")
+    assert npu.version_key("25.3rc1") == npu.version_key("25.3.rc1")
     assert npu.version_key("25.3") == npu.version_key("25.3.0")
+    # A build of the pinned version is that version: no upgrade on every run.
+    assert npu.version_key("24.1.rc3.b020") == npu.version_key("24.1.rc3")
+    assert npu.package_action("24.1.RC3.B020", "24.1.rc3") == "none"
+
+
+def test_rc_without_separator_orders_after_older_release():
+    assert npu.version_key("25.2.1") < npu.version_key("25.3rc1")
 
 
 @pytest.mark.parametrize(

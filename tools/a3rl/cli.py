@@ -47,7 +47,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         return 0 if all(r["state"] == "running" and r.get("ssh") for r in rows) else 1
     if args.sim_cmd == "npu-health":
         cluster.set_npu_health(args.name, args.node, args.npu, args.health)
-        _log(f"{args.node}: NPU {args.npu} now reports {args.health}")
+        _log(f"{args.node}: /dev/davinci{args.npu} now reports {args.health} in npu-smi")
         return 0
     raise AssertionError(args.sim_cmd)
 
@@ -74,6 +74,11 @@ def cmd_play(args: argparse.Namespace, playbook: str) -> int:
     if not inv.exists():
         console.print(f"inventory {inv} does not exist (for the simulator: `a3rl sim up`)")
         return 2
+    bad = [kv for kv in args.extra_vars if "=" not in kv]
+    if bad:
+        console.print(f"-e takes KEY=VALUE; got {', '.join(bad)}")
+        return 2
+    # Values stay strings, as with ansible-playbook -e; the roles cast what they need.
     extra = dict(kv.split("=", 1) for kv in args.extra_vars)
     result = run_play(playbook, inv, extra, check=args.check, quiet=args.quiet)
     _summary(result)
@@ -111,7 +116,8 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--name", default="sim", help="cluster name (default: sim)")
     health = simsub.choices["npu-health"]
     health.add_argument("--node", required=True)
-    health.add_argument("--npu", type=int, required=True)
+    health.add_argument("--npu", type=int, required=True,
+                        help="davinci device number (A3: NPU npu//2, chip npu%%2)")
     health.add_argument("--health", default="Critical",
                         help="what the stand-in npu-smi reports (OK restores it)")
 

@@ -7,6 +7,18 @@ import tarfile
 from pathlib import Path
 
 
+def registry_host(ref: str) -> str:
+    """The registry an image reference points at, as ``docker login`` wants it.
+
+    The first path part is a registry host only if it has a dot or a port, or is
+    ``localhost`` (Docker's own rule); otherwise the reference is on Docker Hub.
+    """
+    first, _, rest = ref.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return "docker.io"
+
+
 def archive_image_id(path: str | Path) -> str:
     """The image ID a ``docker load`` of this archive gives: its config blob's digest.
 

@@ -26,17 +26,26 @@ def parse_kv(text: str) -> dict[str, str]:
 def version_key(version: str) -> tuple:
     """Order Ascend versions: ``25.2.1 < 25.3.rc1 < 25.3.rc2 < 25.3.0 < 25.3.1``.
 
-    A release candidate ``rcN`` comes before the final release of the same line; case
-    does not matter (Huawei writes both ``25.3.RC1`` and ``25.3.rc1``).
+    A release candidate ``rcN`` comes before the final release of the same line; case and
+    separators do not matter (``25.3.RC1``, ``25.3rc1``). A build suffix (``.b020``,
+    ``B020``: Huawei's build numbers) names a build of the same version and is ignored.
     """
+    tokens = re.findall(r"\d+|[a-z]+", version.strip().lower())
     parts: list[tuple[float, int, str]] = []
-    for part in re.split(r"[.\-]", version.strip().lower()):
-        if part.isdigit():
-            parts.append((2, int(part), ""))
-        elif (m := re.fullmatch(r"rc(\d+)", part)) is not None:
-            parts.append((1, int(m.group(1)), ""))
-        elif part:
-            parts.append((0, 0, part))
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        nxt = tokens[i + 1] if i + 1 < len(tokens) and tokens[i + 1].isdigit() else None
+        if tok.isdigit():
+            parts.append((2, int(tok), ""))
+        elif tok == "rc" and nxt is not None:
+            parts.append((1, int(nxt), ""))
+            i += 1
+        elif tok == "b" and nxt is not None:
+            break  # build number: the rest does not change the version
+        else:
+            parts.append((0, 0, tok))
+        i += 1
     # ``25.3`` equals ``25.3.0``; its end sorts after any ``rcN`` and before ``.1``.
     while parts and parts[-1] == (2, 0, ""):
         parts.pop()

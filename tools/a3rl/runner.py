@@ -6,6 +6,7 @@ run with its events kept under ``runs/<timestamp>-<play>/`` and a summary at the
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sys
@@ -36,9 +37,19 @@ class PlayResult:
         return self.rc == 0
 
 
+SECRET_WORDS = ("password", "passwd", "secret", "token", "key")
+MASK = "********"
+
+
+def masked(extravars: dict) -> dict:
+    """Extra vars with secret-looking values hidden, for anything written to disk."""
+    return {k: (MASK if any(w in k.lower() for w in SECRET_WORDS) else v)
+            for k, v in extravars.items()}
+
+
 def equivalent_command(playbook: str, inventory: Path, extravars: dict, check: bool) -> str:
     cmd = ["ansible-playbook", playbook, "-i", str(inventory)]
-    for k, v in extravars.items():
+    for k, v in masked(extravars).items():
         cmd += ["-e", f"{k}={v}"]
     if check:
         cmd.append("--check")
@@ -59,7 +70,9 @@ def run_play(
     extravars = extravars or {}
     stamp = time.strftime("%Y%m%d-%H%M%S")
     record = root / "runs" / f"{stamp}-{Path(playbook).stem}"
-    record.mkdir(parents=True, exist_ok=True)
+    # Records hold events and variables of the run: readable by the owner only.
+    record.mkdir(parents=True, exist_ok=True, mode=0o700)
+    record.parent.chmod(0o700)
     cmdline = "--check" if check else ""
     # ansible-runner starts `ansible-playbook` from PATH: make it this venv's.
     bindir = str(Path(sys.executable).parent)
@@ -107,4 +120,8 @@ def run_play(
         seconds=time.monotonic() - t0,
     )
     (record / "command.txt").write_text(result.command + "\n")
+    # ansible-runner leaves the extra vars in env/extravars; keep only the masked form.
+    ev = record / "env" / "extravars"
+    if ev.exists():
+        ev.write_text(json.dumps(masked(extravars)))
     return result

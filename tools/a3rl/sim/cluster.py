@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import json
 import os
 import shutil
 import socket
@@ -105,6 +106,11 @@ def _ensure_key(cluster: Cluster) -> None:
              "-f", str(cluster.key)],
             check=True,
         )
+
+
+def _params(cluster: Cluster, npus: int) -> dict:
+    """What a running cluster must match to be reused as it is."""
+    return {"nodes": cluster.nodes, "subnet": cluster.subnet, "npus": npus}
 
 
 def _pins() -> dict:
@@ -259,15 +265,15 @@ def up(
     members = cluster.members()
     current = _running(cluster)
     want = {n.container for n in members}
+    params = cluster.state / "cluster.json"
     healthy = (
         set(current) == want
         and all(c.get("State") == "running" and c.get("Image") == image for c in current.values())
         and cluster.known_hosts.is_file()
+        and params.is_file() and json.loads(params.read_text()) == _params(cluster, npus)
     )
     if healthy:
         log(f"cluster {name!r} is already up with {nodes} node(s): reused")
-        for n in members:
-            _write_node_conf(cluster, n, npus)
     else:
         if current:
             log(f"removing {len(current)} stale container(s) of cluster {name!r}")
@@ -283,7 +289,9 @@ def up(
         _wait_ssh(cluster, members, log)
         log(f"{nodes} node(s) up in {time.monotonic() - t0:.1f}s")
     driver, firmware = _write_standins(cluster)
-    inventory.write(cluster, members, {"driver": driver, "firmware": firmware}, cann_archive)
+    inventory.write(cluster, members, {"driver": driver, "firmware": firmware}, cann_archive,
+                    npus)
+    (cluster.state / "cluster.json").write_text(json.dumps(_params(cluster, npus)) + "\n")
     return cluster
 
 

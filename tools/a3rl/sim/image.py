@@ -213,6 +213,8 @@ def _build(spec: ImageSpec, ref: str, log: Callable[[str], None]) -> None:
              "-", ref],
             stdin=tar.stdout, capture_output=True, text=True, env=podman.env(),
         )
+        assert tar.stdout is not None
+        tar.stdout.close()  # so tar gets SIGPIPE, not a hang, if the import failed
         tar.wait()
         if imp.returncode != 0 or tar.returncode != 0:
             raise RuntimeError(f"podman import failed: {imp.stderr.strip()}")

@@ -42,7 +42,7 @@ def hosts(nodes: list[Node]) -> dict:
 
 
 def group_vars(cluster: Cluster, packages: Mapping[str, Path] | None = None,
-               cann_archive: CannArchive | None = None) -> dict:
+               cann_archive: CannArchive | None = None, npus: int = 16) -> dict:
     packages = packages or {}
     gv = {
         "ansible_user": "root",
@@ -51,7 +51,7 @@ def group_vars(cluster: Cluster, packages: Mapping[str, Path] | None = None,
         "ansible_ssh_common_args": (
             f"-o UserKnownHostsFile={cluster.known_hosts} -o StrictHostKeyChecking=yes"
         ),
-        "npus_per_node": 16,
+        "npus_per_node": npus,
         "a3rl_simulated": True,
         # STAND-IN vendor packages (NPU driver and firmware .run) written by `sim up`.
         "a3rl_sim_standin_dir": str(cluster.standin_dir),
@@ -73,8 +73,8 @@ def group_vars(cluster: Cluster, packages: Mapping[str, Path] | None = None,
     if cann_archive is not None:
         # STAND-IN for the CANN training image, handed over as an offline archive.
         gv.update({
-            "cann_image_name": cann_archive.name,
-            "cann_image_tag": cann_archive.tag,
+            "a3rl_training_image_name": cann_archive.name,
+            "a3rl_training_image_tag": cann_archive.tag,
             "cann_image_source": "tarball",
             "cann_image_tarball": str(cann_archive.path),
             "cann_image_tarball_sha256": cann_archive.sha256,
@@ -83,12 +83,12 @@ def group_vars(cluster: Cluster, packages: Mapping[str, Path] | None = None,
 
 
 def write(cluster: Cluster, nodes: list[Node], packages: Mapping[str, Path] | None = None,
-          cann_archive: CannArchive | None = None) -> None:
+          cann_archive: CannArchive | None = None, npus: int = 16) -> None:
     inv = cluster.inventory_dir
     (inv / "group_vars").mkdir(parents=True, exist_ok=True)
     (inv / "hosts.yml").write_text(
         HEADER + "---\n" + yaml.safe_dump(hosts(nodes), sort_keys=False, width=1000)
     )
-    gv = yaml.safe_dump(group_vars(cluster, packages, cann_archive), sort_keys=False,
+    gv = yaml.safe_dump(group_vars(cluster, packages, cann_archive, npus), sort_keys=False,
                         width=1000)
     (inv / "group_vars" / "a3_nodes.yml").write_text(HEADER + "---\n" + gv)
