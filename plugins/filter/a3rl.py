@@ -21,4 +21,5 @@ class FilterModule:
             "a3rl_package_action": npu.package_action,
             "a3rl_parse_npu_smi_info": npu.parse_npu_smi_info,
             "a3rl_npu_health_problems": npu.npu_health_problems,
+            "a3rl_container_devices": npu.container_devices,
         }

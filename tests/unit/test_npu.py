@@ -12,6 +12,13 @@ from a3rl import npu
 from a3rl.sim.standins import NPU_SMI, driver_version_info
 
 
+def test_container_devices():
+    devs = npu.container_devices("3", ["/dev/davinci_manager"])
+    assert devs == ["/dev/davinci0:/dev/davinci0:rwm", "/dev/davinci1:/dev/davinci1:rwm",
+                    "/dev/davinci2:/dev/davinci2:rwm",
+                    "/dev/davinci_manager:/dev/davinci_manager:rwm"]
+
+
 def test_parse_kv_reads_version_info():
     kv = npu.parse_kv(driver_version_info("25.3.rc1") + "# comment=no\nnot a pair\n")
     assert kv["Version"] == "25.3.rc1"

@@ -94,6 +94,13 @@ def parse_npu_smi_info(text: str) -> list[dict[str, Any]]:
     return chips
 
 
+def container_devices(npus: int | str, management: Sequence[str]) -> list[str]:
+    """``--device`` entries for a container: ``/dev/davinci0..N-1`` and the management
+    devices, each at the same path with read, write and mknod rights."""
+    paths = [f"/dev/davinci{i}" for i in range(int(npus))] + list(management)
+    return [f"{p}:{p}:rwm" for p in paths]
+
+
 def npu_health_problems(host: str, chips: Sequence[dict[str, Any]], expected: int) -> list[str]:
     """All ``expected`` chips present and healthy; each problem names the chip."""
     problems = []
