@@ -2,7 +2,24 @@
 
 from __future__ import annotations
 
-from a3rl import images, npu, preflight
+import functools
+
+from ansible.errors import AnsibleFilterError
+
+from a3rl import images, npu, preflight, ray, recipe_env
+
+
+def _clear_errors(fn):
+    """Input errors become Ansible filter errors carrying only our message (host, fix)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (recipe_env.RecipeEnvError, ray.RayConfigError) as e:
+            raise AnsibleFilterError(str(e)) from None
+
+    return wrapper
 
 
 class FilterModule:
@@ -22,4 +39,14 @@ class FilterModule:
             "a3rl_parse_npu_smi_info": npu.parse_npu_smi_info,
             "a3rl_npu_health_problems": npu.npu_health_problems,
             "a3rl_container_devices": npu.container_devices,
+            "a3rl_model_env": _clear_errors(recipe_env.model_env),
+            "a3rl_reserved_ports": _clear_errors(recipe_env.reserved_ports),
+            "a3rl_port_range": _clear_errors(recipe_env.port_range),
+            "a3rl_ray_auth_mode": _clear_errors(ray.auth_mode),
+            "a3rl_ray_supports_token": ray.supports_token_auth,
+            "a3rl_ray_ports": _clear_errors(ray.ports),
+            "a3rl_ray_firewall_rules": _clear_errors(ray.firewall_rules),
+            "a3rl_ray_start_args": _clear_errors(ray.start_args),
+            "a3rl_ray_dashboard_host": ray.dashboard_host,
+            "a3rl_ray_membership": ray.membership,
         }

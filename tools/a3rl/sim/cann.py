@@ -42,16 +42,21 @@ class CannArchive:
         return f"{self.name}:{self.tag}"
 
 
-def digest(node_image: str) -> str:
-    h = hashlib.sha256(f"base={node_image}\n".encode())
+def digest(node_image: str, ray_version: str | None = None) -> str:
+    h = hashlib.sha256(f"base={node_image}\nray={ray_version or ''}\n".encode())
     for f in sorted(CONTEXT.iterdir()):
         h.update(f.name.encode() + b"\n" + f.read_bytes())
     return h.hexdigest()[:16]
 
 
-def ensure_archive(node_image: str, log: Callable[[str], None] = print) -> CannArchive:
-    """Build (once) and return the stand-in image archive for this node image."""
-    tag = digest(node_image)
+def ensure_archive(node_image: str, log: Callable[[str], None] = print,
+                   ray_version: str | None = None) -> CannArchive:
+    """Build (once) and return the stand-in image archive for this node image.
+
+    ``ray_version`` replaces the node image's Ray (the recipe's 2.48.0) with another
+    release in the image, e.g. one with token authentication for the Ray security tests.
+    """
+    tag = digest(node_image, ray_version)
     out = cache_dir() / "sim-cann"
     out.mkdir(parents=True, exist_ok=True)
     meta = out / f"{tag}.json"
@@ -75,6 +80,17 @@ def ensure_archive(node_image: str, log: Callable[[str], None] = print) -> CannA
             )
             if proc.returncode != 0:
                 raise RuntimeError(f"pip wheel for the CANN stand-in failed: {proc.stderr}")
+            (ctx / "ray").mkdir()
+            if ray_version:
+                req = ctx / "ray" / "requirements.txt"
+                req.write_text(f"ray[default]=={ray_version}\n")
+                proc = subprocess.run(
+                    [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:",
+                     "-d", str(ctx / "ray" / "wheels"), "-r", str(req)],
+                    capture_output=True, text=True,
+                )
+                if proc.returncode != 0:
+                    raise RuntimeError(f"pip download of Ray {ray_version} failed: {proc.stderr}")
             ref = f"localhost/{REPO}:{tag}"
             podman.run(["build", "--quiet", "--build-arg", f"BASE={node_image}", "-t", ref,
                         str(ctx)], timeout=1200)

@@ -66,6 +66,15 @@ def group_vars(cluster: Cluster, packages: Mapping[str, Path] | None = None,
         # Nodes are containers sharing the host's boot_id; PID 1's start time (in clock
         # ticks since the host booted) changes when a node reboots.
         "npu_driver_boot_time_command": "cut -d' ' -f22 /proc/1/stat",
+        # podman caps the nodes' open files at 16384 (no CAP_SYS_RESOURCE on this host).
+        "recipe_env_open_files": 16384,
+        # Ray on 2 host cores shared by all nodes: one CPU and a 100 MB object store each.
+        "ray_cluster_num_cpus": 1,
+        "ray_cluster_object_store_bytes": 100_000_000,
+        # The stand-in image has no MindSpeed operators to pre-compile.
+        "ray_cluster_pre_start_command": "",
+        # A worker whose head is unreachable gives up after 15 s and starts again.
+        "ray_cluster_gcs_reconnect_timeout_s": 15,
     }
     for kind, path in packages.items():
         gv[f"npu_driver_{kind}_src"] = str(path)

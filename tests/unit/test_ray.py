@@ -1,0 +1,101 @@
+"""Ray start arguments, firewall rules, the auth decision and membership."""
+
+from __future__ import annotations
+
+import pytest
+
+from a3rl import ray
+from a3rl.ray import RayConfigError
+
+PORTS = {"gcs": 29444, "dashboard": 8260, "client_server": 10001, "node_manager": 29450,
+         "object_manager": 29451, "runtime_env_agent": 29452, "dashboard_agent_grpc": 29453,
+         "dashboard_agent_http": 29454, "metrics_export": 29455, "min_worker": 10002,
+         "max_worker": 19999}
+
+
+@pytest.mark.parametrize(("version", "setting", "mode"), [
+    ("2.48.0", "auto", "none"), ("2.52.0", "auto", "token"), ("2.60.0", "auto", "token"),
+    ("2.60.0", "none", "none"), ("2.52.1", "token", "token"),
+])
+def test_auth_mode(version, setting, mode):
+    assert ray.auth_mode(setting, version) == mode
+
+
+def test_token_required_on_an_old_ray_is_refused():
+    with pytest.raises(RayConfigError, match="Ray 2.48.0 has no token authentication"):
+        ray.auth_mode("token", "2.48.0")
+
+
+def test_multiport_spec_merges_neighbours():
+    spec = ray.multiport_spec(ray.ports(PORTS))
+    assert spec == "8260,10001:19999,29444,29450:29455"
+
+
+def test_ports_refuse_duplicates_and_ports_in_the_worker_range():
+    with pytest.raises(RayConfigError, match="used twice"):
+        ray.ports({**PORTS, "dashboard": 29444})
+    with pytest.raises(RayConfigError, match="inside the worker port range"):
+        ray.ports({**PORTS, "dashboard": 12000})
+
+
+def test_firewall_rules_as_iptables_prints_them():
+    rules = ray.firewall_rules("A3RL-RAY", ["10.0.0.11", "10.0.0.12", "10.0.0.11"],
+                               ray.ports(PORTS), allowed=["192.168.7.0/24"])
+    assert rules == [
+        "-A A3RL-RAY -i lo -j RETURN",
+        "-A A3RL-RAY -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN",
+        "-A A3RL-RAY -s 10.0.0.11/32 -j RETURN",
+        "-A A3RL-RAY -s 10.0.0.12/32 -j RETURN",
+        "-A A3RL-RAY -s 192.168.7.0/24 -j RETURN",
+        "-A A3RL-RAY -p tcp -m multiport --dports 8260,10001:19999,29444,29450:29455 -j DROP",
+    ]
+
+
+def test_head_and_worker_arguments():
+    head = ray.start_args(True, "10.0.0.11", "10.0.0.11", PORTS, 16, num_cpus=1)
+    assert head[:2] == ["--head", "--port"]
+    assert head[head.index("--dashboard-host") + 1] == "127.0.0.1"
+    assert head[head.index("--resources") + 1] == '{"NPU":16}'
+    assert head[head.index("--num-cpus") + 1] == "1"
+    worker = ray.start_args(False, "10.0.0.12", "10.0.0.11", PORTS, 16)
+    assert worker[:2] == ["--address", "10.0.0.11:29444"]
+    assert "--dashboard-host" not in worker and "--num-cpus" not in worker
+    cluster = ray.start_args(True, "10.0.0.11", "10.0.0.11", PORTS, 16, dashboard_bind="cluster")
+    assert cluster[cluster.index("--dashboard-host") + 1] == "10.0.0.11"
+
+
+def _node(ip, state="ALIVE", npu=16, start=1, head=False):
+    return {"node_ip": ip, "state": state, "resources_total": {"NPU": float(npu), "CPU": 1.0},
+            "start_time_ms": start, "is_head_node": head}
+
+
+EXPECTED = {"node1": "10.0.0.11", "node2": "10.0.0.12"}
+
+
+def test_membership_complete():
+    m = ray.membership([_node("10.0.0.11", head=True), _node("10.0.0.12")], EXPECTED, 16)
+    assert m["ready"] and m["joined"] == ["node1", "node2"] and m["npu_total"] == 32
+    assert m["nodes"]["node1"]["is_head"]
+
+
+def test_membership_names_the_missing_and_ignores_the_dead():
+    m = ray.membership([_node("10.0.0.11"), _node("10.0.0.12", state="DEAD")], EXPECTED, 16)
+    assert not m["ready"] and m["missing"] == ["node2"] and m["npu_total"] == 16
+
+
+def test_membership_waits_while_a_stale_entry_inflates_the_total():
+    nodes = [_node("10.0.0.11"), _node("10.0.0.12", start=1), _node("10.0.0.12", start=9)]
+    m = ray.membership(nodes, EXPECTED, 16)
+    assert not m["missing"] and m["npu_total"] == 48 and not m["ready"]
+    assert m["nodes"]["node2"]["start_time_ms"] == 9
+
+
+def test_membership_counts_a_node_with_too_few_npus():
+    m = ray.membership([_node("10.0.0.11"), _node("10.0.0.12", npu=8)], EXPECTED, 16)
+    assert not m["ready"] and m["nodes"]["node2"]["npus"] == 8
+
+
+def test_membership_reports_strangers():
+    m = ray.membership([_node("10.0.0.11"), _node("10.0.0.12"), _node("10.0.0.99")],
+                       EXPECTED, 16)
+    assert m["strangers"] == ["10.0.0.99"] and not m["ready"]
