@@ -132,6 +132,50 @@ def test_stopped_head_is_restored_and_the_workers_rejoin(ray_up):
     assert npu_total(head) == 32
 
 
+def test_stop_then_start(ray_up):
+    head = ray_up.members()[0]
+    stopped = play("playbooks/ray.yml", ray_up.inventory_dir, extravars={"ray_action": "stop"})
+    assert stopped.ok, failure_text(stopped)
+    assert alive(head) == {}
+    for n in ray_up.members():
+        enabled = podman.exec_(n.container, "systemctl", "is-enabled", "a3rl-ray", check=False)
+        assert enabled.stdout.strip() == "disabled"
+    started = play("playbooks/ray.yml", ray_up.inventory_dir, extravars={"ray_action": "start"})
+    assert started.ok, failure_text(started)
+    assert npu_total(head) == 32
+
+
+def test_join_timeout_names_the_node_that_did_not_join(ray_up):
+    """A worker whose Ray cannot start (its env script is broken) is named, with the fix."""
+    head, worker = ray_up.members()[0], ray_up.members()[1]
+    env = "/etc/a3rl/env/cluster_env.sh"
+    podman.exec_(worker.container, "sh", "-c", f"cp {env} /root/env.bak && echo 'exit 3' >> {env}")
+    try:
+        podman.exec_(worker.container, "systemctl", "restart", "a3rl-ray")
+        result = play("playbooks/ray.yml", ray_up.inventory_dir,
+                      extravars={"ray_cluster_join_timeout": 20})
+        assert not result.ok
+        text = failure_text(result)
+        assert "16 of 32 NPUs; not joined: node2" in text and "journalctl -u a3rl-ray" in text
+    finally:
+        podman.exec_(worker.container, "cp", "/root/env.bak", env)
+    result = play("playbooks/ray.yml", ray_up.inventory_dir)
+    assert result.ok, failure_text(result)
+    assert npu_total(head) == 32
+
+
+def test_firewall_can_be_left_to_the_site(ray_up):
+    head = ray_up.members()[0]
+    off = play("playbooks/ray.yml", ray_up.inventory_dir, extravars={"ray_cluster_firewall": False})
+    assert off.ok, failure_text(off)
+    chains = podman.exec_(head.container, "iptables", "-S").stdout
+    assert "A3RL-RAY" not in chains
+    on = play("playbooks/ray.yml", ray_up.inventory_dir)
+    assert on.ok, failure_text(on)
+    assert "-A INPUT -j A3RL-RAY" in podman.exec_(head.container, "iptables", "-S").stdout
+    assert npu_total(head) == 32
+
+
 def test_ray_ports_answer_only_the_cluster(ray_up):
     """A container on the nodes' network that is not in the inventory reaches SSH (so the
     path is open) but neither the GCS nor the dashboard nor a raylet; a worker does."""
