@@ -174,6 +174,12 @@ def test_firewall_can_be_left_to_the_site(ray_up):
     assert on.ok, failure_text(on)
     assert "-A INPUT -j A3RL-RAY" in podman.exec_(head.container, "iptables", "-S").stdout
     assert npu_total(head) == 32
+    # A rule lost since (a flushed chain) is put back by the next run.
+    podman.exec_(head.container, "iptables", "-F", "A3RL-RAY")
+    again = play("playbooks/ray.yml", ray_up.inventory_dir)
+    assert again.ok and again.changed == 1, again.stats["changed"]
+    assert "--dports 8260,10001:19999,29444,29450:29455 -j DROP" in podman.exec_(
+        head.container, "iptables", "-S", "A3RL-RAY").stdout
 
 
 def test_ray_ports_answer_only_the_cluster(ray_up):
@@ -229,7 +235,8 @@ def test_token_auth_with_a_ray_that_has_it(ray_up):
     """Ray 2.60 in the image: token auth turns on by itself, a job without the token is
     refused, one with it runs, and the token is kept 0600 on the controller."""
     image = ensure_image(ImageSpec(), log=print)
-    archive = cann.ensure_archive(image, log=print, ray_version="2.60.0")
+    archive = cann.ensure_archive(image, log=print,
+                                 ray_requirements=cann.RAY_TOKEN_REQUIREMENTS)
     extra = {"a3rl_training_image_tag": archive.tag, "cann_image_tarball": str(archive.path),
              "cann_image_tarball_sha256": archive.sha256, "a3rl_ray_version": "2.60.0"}
     for pb in ("playbooks/cann_image.yml", "playbooks/training_container.yml",

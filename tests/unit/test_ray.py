@@ -99,3 +99,19 @@ def test_membership_reports_strangers():
     m = ray.membership([_node("10.0.0.11"), _node("10.0.0.12"), _node("10.0.0.99")],
                        EXPECTED, 16)
     assert m["strangers"] == ["10.0.0.99"] and not m["ready"]
+
+
+@pytest.mark.parametrize(("bind", "url"), [
+    ("loopback", "http://127.0.0.1:8260"), ("cluster", "http://10.0.0.11:8260"),
+    ("any", "http://127.0.0.1:8260"),
+])
+def test_dashboard_url_as_the_head_reaches_it(bind, url):
+    assert ray.dashboard_url(bind, "10.0.0.11", 8260) == url
+
+
+@pytest.mark.parametrize(("output", "version"), [
+    ("ray, version 2.48.0\n", "2.48.0"), ("ray, version 2.60.0rc1", "2.60.0rc1"),
+    ("", None), ("bash: ray: command not found", None),
+])
+def test_installed_version(output, version):
+    assert ray.installed_version(output) == version

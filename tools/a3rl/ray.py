@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -108,6 +109,18 @@ def firewall_rules(chain: str, node_ips: Iterable[str], port_list: Sequence[Any]
 def dashboard_host(bind: str, cluster_ip: str) -> str:
     """The address the dashboard (and the job API on it) listens on."""
     return {"loopback": "127.0.0.1", "cluster": str(cluster_ip), "any": "0.0.0.0"}[str(bind)]
+
+
+def dashboard_url(bind: str, head_ip: str, port: int) -> str:
+    """The dashboard's URL as the head itself reaches it (0.0.0.0 includes loopback)."""
+    host = dashboard_host(bind, head_ip)
+    return f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{int(port)}"
+
+
+def installed_version(output: str) -> str | None:
+    """The version in ``ray --version`` output (``ray, version 2.48.0``), or None."""
+    m = re.search(r"\bversion\s+(\d+\.\d+\.\d+\S*)", str(output or ""))
+    return m.group(1) if m else None
 
 
 def start_args(is_head: bool, node_ip: str, head_ip: str, p: Mapping[str, Any],

@@ -26,6 +26,8 @@ from a3rl.paths import cache_dir
 from a3rl.sim import podman
 
 CONTEXT = Path(__file__).resolve().parent / "files" / "cann-standin"
+# Ray 2.60.0 and its dependencies, pinned: the variant the token-auth tests run.
+RAY_TOKEN_REQUIREMENTS = Path(__file__).resolve().parent / "ray-token-requirements.txt"
 REPO = "a3rl/cann-standin"
 
 
@@ -42,21 +44,24 @@ class CannArchive:
         return f"{self.name}:{self.tag}"
 
 
-def digest(node_image: str, ray_version: str | None = None) -> str:
-    h = hashlib.sha256(f"base={node_image}\nray={ray_version or ''}\n".encode())
+def digest(node_image: str, ray_requirements: Path | None = None) -> str:
+    h = hashlib.sha256(f"base={node_image}\n".encode())
+    if ray_requirements is not None:
+        h.update(b"ray\n" + ray_requirements.read_bytes())
     for f in sorted(CONTEXT.iterdir()):
         h.update(f.name.encode() + b"\n" + f.read_bytes())
     return h.hexdigest()[:16]
 
 
 def ensure_archive(node_image: str, log: Callable[[str], None] = print,
-                   ray_version: str | None = None) -> CannArchive:
+                   ray_requirements: Path | None = None) -> CannArchive:
     """Build (once) and return the stand-in image archive for this node image.
 
-    ``ray_version`` replaces the node image's Ray (the recipe's 2.48.0) with another
-    release in the image, e.g. one with token authentication for the Ray security tests.
+    ``ray_requirements`` (a fully pinned requirements file, e.g. RAY_TOKEN_REQUIREMENTS)
+    replaces the node image's Ray (the recipe's 2.48.0) with another release in the
+    image, as the token-authentication tests need.
     """
-    tag = digest(node_image, ray_version)
+    tag = digest(node_image, ray_requirements)
     out = cache_dir() / "sim-cann"
     out.mkdir(parents=True, exist_ok=True)
     meta = out / f"{tag}.json"
@@ -81,16 +86,17 @@ def ensure_archive(node_image: str, log: Callable[[str], None] = print,
             if proc.returncode != 0:
                 raise RuntimeError(f"pip wheel for the CANN stand-in failed: {proc.stderr}")
             (ctx / "ray").mkdir()
-            if ray_version:
+            if ray_requirements is not None:
                 req = ctx / "ray" / "requirements.txt"
-                req.write_text(f"ray[default]=={ray_version}\n")
+                shutil.copy(ray_requirements, req)
                 proc = subprocess.run(
                     [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:",
-                     "-d", str(ctx / "ray" / "wheels"), "-r", str(req)],
+                     "--no-deps", "-d", str(ctx / "ray" / "wheels"), "-r", str(req)],
                     capture_output=True, text=True,
                 )
                 if proc.returncode != 0:
-                    raise RuntimeError(f"pip download of Ray {ray_version} failed: {proc.stderr}")
+                    raise RuntimeError(f"pip download of {ray_requirements.name} failed: "
+                                       f"{proc.stderr}")
             ref = f"localhost/{REPO}:{tag}"
             podman.run(["build", "--quiet", "--build-arg", f"BASE={node_image}", "-t", ref,
                         str(ctx)], timeout=1200)
