@@ -6,7 +6,7 @@ import functools
 
 from ansible.errors import AnsibleFilterError
 
-from a3rl import images, npu, preflight, ray, recipe_env
+from a3rl import images, manifest, npu, preflight, ray, recipe_env
 
 
 def _clear_errors(fn):
@@ -16,7 +16,7 @@ def _clear_errors(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except (recipe_env.RecipeEnvError, ray.RayConfigError) as e:
+        except (recipe_env.RecipeEnvError, ray.RayConfigError, ValueError) as e:
             raise AnsibleFilterError(str(e)) from None
 
     return wrapper
@@ -50,4 +50,11 @@ class FilterModule:
             "a3rl_ray_dashboard_url": ray.dashboard_url,
             "a3rl_ray_installed_version": ray.installed_version,
             "a3rl_ray_membership": ray.membership,
+            "a3rl_artifact_names": manifest.artifact_names,
+            "a3rl_artifact_problems": manifest.artifact_problems,
+            "a3rl_node_files": _clear_errors(manifest.node_files),
+            "a3rl_artifact_file": _clear_errors(manifest.artifact_file),
+            "a3rl_git_checkout_spec": _clear_errors(manifest.git_checkout_spec),
+            "a3rl_bundle_spec": manifest.bundle_spec,
+            "a3rl_checksum_lines": manifest.checksum_lines,
         }

@@ -88,7 +88,10 @@ def run_play(
     failures: list[tuple[str, str, str]] = []
 
     def on_event(event: dict) -> bool:
-        if event.get("event") in ("runner_on_failed", "runner_on_unreachable"):
+        # A failed loop item carries the message; the task's own event only says that
+        # "one or more items failed".
+        if event.get("event") in ("runner_on_failed", "runner_on_unreachable",
+                                  "runner_item_on_failed"):
             data = event.get("event_data", {})
             if not data.get("ignore_errors"):
                 res = data.get("res", {})

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from a3rl.paths import project_root, sim_dir
-from a3rl.sim import cann, inventory, podman, standins
+from a3rl.sim import cann, inventory, podman, standins, upstreams
 from a3rl.sim.image import ImageSpec, ensure_image
 
 LABEL = "a3rl.sim.cluster"
@@ -117,6 +117,13 @@ def _pins() -> dict:
     import yaml
 
     return yaml.safe_load((project_root() / "group_vars/all/versions.yml").read_text())
+
+
+def _manifest() -> dict:
+    import yaml
+
+    path = project_root() / "group_vars/all/artifacts.yml"
+    return yaml.safe_load(path.read_text())["a3rl_artifacts"]
 
 
 def _write_standins(cluster: Cluster) -> list[Path]:
@@ -289,8 +296,12 @@ def up(
         _wait_ssh(cluster, members, log)
         log(f"{nodes} node(s) up in {time.monotonic() - t0:.1f}s")
     driver, firmware = _write_standins(cluster)
-    inventory.write(cluster, members, {"driver": driver, "firmware": firmware}, cann_archive,
-                    npus)
+    packages = {"driver": driver, "firmware": firmware}
+    overrides = inventory.artifact_overrides(
+        upstreams.manifest_overrides(upstreams.build(log)), packages, cann_archive,
+        standins.write_data_standins(cluster.standin_dir / "data", _manifest()),
+        os.uname().machine)
+    inventory.write(cluster, members, packages, cann_archive, npus, overrides)
     (cluster.state / "cluster.json").write_text(json.dumps(_params(cluster, npus)) + "\n")
     return cluster
 

@@ -49,6 +49,9 @@ PACKAGES = (
     "ca-certificates",
     "curl",
     "iptables",
+    # The framework staging: checkouts from git bundles, resumable transfers.
+    "git",
+    "rsync",
     "kmod",
     "gnupg",
     "lsb-release",

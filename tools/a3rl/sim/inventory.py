@@ -91,13 +91,44 @@ def group_vars(cluster: Cluster, packages: Mapping[str, Path] | None = None,
     return gv
 
 
+def artifact_overrides(upstream: Mapping[str, dict], packages: Mapping[str, Path],
+                       cann_archive: CannArchive | None, standin_files: Mapping[str, Path],
+                       arch: str) -> dict:
+    """``a3rl_artifact_overrides`` of the simulator: where each manifest entry comes from.
+
+    The frameworks and the recipe are the simulator's STAND-IN upstream repositories
+    (``a3rl.sim.upstreams``); the wheelhouse is for the stand-in image's Python on this
+    host's architecture; vendor packages and the image archive are the stand-ins
+    ``sim up`` wrote; data and weights are small STAND-IN files (the hubs are not
+    reachable here).
+    """
+    ov: dict = {name: dict(spec) for name, spec in upstream.items()}
+    ov["recipe_wheels"] = {"platforms": [f"manylinux2014_{arch}", "any"], "python_version": "3.11"}
+    entry = {"driver": "npu_driver", "firmware": "npu_firmware"}
+    for kind, path in packages.items():
+        ov[entry[kind]] = {"path": str(path), "sha256": sha256_file(path)}
+    if cann_archive is not None:
+        ov["cann_image"] = {"path": str(cann_archive.path), "sha256": cann_archive.sha256}
+    for name, path in standin_files.items():
+        ov[name] = {"kind": "file", "path": str(path), "sha256": sha256_file(path),
+                    "dest": f"standins/{path.name}"}
+    return ov
+
+
 def write(cluster: Cluster, nodes: list[Node], packages: Mapping[str, Path] | None = None,
-          cann_archive: CannArchive | None = None, npus: int = 16) -> None:
+          cann_archive: CannArchive | None = None, npus: int = 16,
+          overrides: Mapping | None = None) -> None:
     inv = cluster.inventory_dir
     (inv / "group_vars").mkdir(parents=True, exist_ok=True)
     (inv / "hosts.yml").write_text(
         HEADER + "---\n" + yaml.safe_dump(hosts(nodes), sort_keys=False, width=1000)
     )
-    gv = yaml.safe_dump(group_vars(cluster, packages, cann_archive, npus), sort_keys=False,
-                        width=1000)
-    (inv / "group_vars" / "a3_nodes.yml").write_text(HEADER + "---\n" + gv)
+    gv = group_vars(cluster, packages, cann_archive, npus)
+    # The controller's artifact store of this cluster (fetched into from the stand-ins).
+    gv["a3rl_artifact_dir"] = str(cluster.state / "store")
+    (inv / "group_vars" / "a3_nodes.yml").write_text(
+        HEADER + "---\n" + yaml.safe_dump(gv, sort_keys=False, width=1000))
+    # group_vars/all: the bundle play runs on localhost, which only the `all` group reaches.
+    (inv / "group_vars" / "all.yml").write_text(
+        HEADER + "---\n" + yaml.safe_dump({"a3rl_artifact_overrides": dict(overrides or {})},
+                                          sort_keys=False, width=1000))

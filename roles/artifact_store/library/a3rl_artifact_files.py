@@ -1,0 +1,81 @@
+#!/usr/bin/python
+"""Ansible module: which distributed artifact files a node holds, verified."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: a3rl_artifact_files
+short_description: Check (and stamp) a node's copies of artifact files against their sha256
+description:
+  - Sorts the files into verified (a stamp C(<file>.sha256) written after a passed check,
+    and the right size) and needed (missing, partial, or damaged - a damaged copy is
+    removed so that it is sent again; a partial one is kept for the transfer to resume).
+  - A complete-size copy without a stamp is hashed once and stamped when it matches.
+  - In check mode nothing is hashed, stamped or removed.
+options:
+  root:
+    description: Folder on the node the file paths are relative to.
+    type: path
+    required: true
+  files:
+    description: Files as C({path, sha256, size}).
+    type: list
+    elements: dict
+    required: true
+  require:
+    description: Fail when any file is not verified (use after the transfer).
+    type: bool
+    default: false
+"""
+
+EXAMPLES = r"""
+- name: Artifacts | Find the files this node still needs
+  a3rl_artifact_files:
+    root: /var/cache/a3rl/artifacts
+    files: [{path: git/verl.bundle, sha256: "0123...", size: 1048576}]
+  register: needed
+"""
+
+RETURN = r"""
+verified:
+  description: Paths held and verified.
+  type: list
+  returned: always
+needed:
+  description: Paths to transfer.
+  type: list
+  returned: always
+stamped:
+  description: Paths hashed and stamped by this run.
+  type: list
+  returned: always
+removed:
+  description: Damaged copies removed by this run.
+  type: list
+  returned: always
+"""
+
+from ansible.module_utils.a3rl_stage import StageError, check_files
+from ansible.module_utils.basic import AnsibleModule
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "root": {"type": "path", "required": True},
+            "files": {"type": "list", "elements": "dict", "required": True},
+            "require": {"type": "bool", "default": False},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        result = check_files(p["root"], p["files"], verify=not module.check_mode,
+                             require=p["require"] and not module.check_mode)
+    except StageError as e:
+        module.fail_json(msg=f"{e}")
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,318 @@
+"""Framework staging on the simulated cluster: the artifact store, the distribution to the
+nodes, the source trees, the recipe working directory and the patch series, against the
+simulator's stand-in upstream repositories (verl's tree is the real verl 0.6.0 sdist)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from a3rl.paths import project_root
+from a3rl.sim import podman, upstreams
+
+from .conftest import failure_text, play
+
+PLAY = "playbooks/frameworks.yml"
+WORKDIR = "/data/a3rl/llm_rl/qwen3"
+NODE_STORE = "/var/cache/a3rl/artifacts"
+
+
+def sh(node: str, script: str, check: bool = True) -> str:
+    return podman.exec_(node, "sh", "-c", script, check=check).stdout
+
+
+def overrides(sim) -> dict:
+    data = yaml.safe_load((sim.inventory_dir / "group_vars/all.yml").read_text())
+    return copy.deepcopy(data["a3rl_artifact_overrides"])
+
+
+def with_recipe(sim, which: str) -> dict:
+    ov = overrides(sim)
+    ov["recipe"]["ref"] = upstreams.build().recipe_commits[which]
+    return {"a3rl_artifact_overrides": ov}
+
+
+def workdir_state(node: str) -> tuple[str, str]:
+    """(pristine commit, what differs from it in the index and the tracked files)."""
+    pristine = sh(node, f"git -C {WORKDIR} rev-parse refs/a3rl/pristine").strip()
+    diff = sh(
+        node,
+        f"git -C {WORKDIR} diff --stat refs/a3rl/pristine; "
+        f"git -C {WORKDIR} diff --cached --stat refs/a3rl/pristine",
+    )
+    return pristine, diff
+
+
+@pytest.fixture(scope="module")
+def staged(sim):
+    """site.yml, whose framework stage this is (a no-op when an earlier test ran it)."""
+    result = play("site.yml", sim.inventory_dir)
+    assert result.ok, failure_text(result)
+    return sim
+
+
+def test_sources_at_their_pins_and_series_applied(staged):
+    up = upstreams.build()
+    record = json.loads((staged.state / "store/manifest.json").read_text())["artifacts"]
+    for node in staged.members():
+        c = node.container
+        for name in ("megatron", "mindspeed", "vllm", "vllm_ascend", "recipe"):
+            head = sh(c, f"git -C /data/a3rl/src/{name} rev-parse HEAD").strip()
+            assert head == record[name]["commit"] == up.commits[name], name
+        # verl: the tag plus the cherry-pick, committed on top.
+        assert sh(c, "git -C /data/a3rl/src/verl rev-parse HEAD^").strip() == up.commits["verl"]
+        sub = "/data/a3rl/src/vllm_ascend/csrc/third_party/catlass"
+        assert sh(c, f"git -C {sub} rev-parse HEAD").strip() == up.commits["vllm_ascend_sub"]
+        # The build_project layout, patched: the config key the recipe's verl patch adds,
+        # the plain file beside the patches, the converter at the top.
+        assert "recompute_old_log_prob" in sh(
+            c, f"cat {WORKDIR}/verl/trainer/config/actor/actor.yaml"
+        )
+        sh(
+            c,
+            f"test -f {WORKDIR}/vllm/v1/spec_decode/sam.py"
+            f" && test -f {WORKDIR}/converter_hf_to_mcore.py"
+            f" && test -f {WORKDIR}/verl/trainer/config/dapo_megatron_trainer.yaml"
+            f" && test -d {WORKDIR}/megatron/core && test -d {WORKDIR}/r1_ascend",
+        )
+        series = json.loads(sh(c, f"cat {WORKDIR}/.git/a3rl/series.json"))
+        assert len(series["labels"]) >= 7
+        # The recipe's requirements, from the wheelhouse, where jobs run.
+        sh(c, "docker exec a3rl-train python3 -c 'import codetiming'")
+
+
+def test_second_run_and_check_mode_change_nothing(staged):
+    again = play(PLAY, staged.inventory_dir)
+    assert again.ok and again.changed == 0, again.stats.get("changed")
+    check = play(PLAY, staged.inventory_dir, check=True)
+    assert check.ok and check.changed == 0, failure_text(check)
+
+
+def test_conflict_leaves_the_tree_pristine_and_names_the_patch(staged):
+    node = staged.members()[0].container
+    try:
+        result = play(PLAY, staged.inventory_dir, extravars=with_recipe(staged, "conflict"))
+        assert not result.ok
+        text = failure_text(result)
+        assert "patches/vllm_ascend/0002-" in text and "@@" in text, text
+        pristine, diff = workdir_state(node)
+        assert diff.strip() == "", diff
+        assert sh(node, f"test -e {WORKDIR}/.git/a3rl/series.json || echo none").strip() == "none"
+    finally:
+        restored = play(PLAY, staged.inventory_dir)
+        assert restored.ok, failure_text(restored)
+    assert "recompute_old_log_prob" in sh(
+        node, f"cat {WORKDIR}/verl/trainer/config/actor/actor.yaml"
+    )
+
+
+def test_added_patch_and_project_patch_reapply_the_series_in_order(staged, tmp_path):
+    node = staged.members()[0].container
+    extra = tmp_path / "patches"
+    extra.mkdir()
+    own = upstreams.extra_patches(extra)
+    extravars = {**with_recipe(staged, "extra"), "frameworks_extra_patch_dir": str(extra)}
+    try:
+        result = play(PLAY, staged.inventory_dir, extravars=extravars)
+        assert result.ok, failure_text(result)
+        labels = json.loads(sh(node, f"cat {WORKDIR}/.git/a3rl/series.json"))["labels"]
+        recipe_labels = [lb for lb in labels if lb.startswith("patches/")]
+        assert recipe_labels == sorted(recipe_labels, key=lambda s: s)  # sort -V = lexical here
+        assert any("/verl/0003-" in lb for lb in recipe_labels)
+        assert [lb.rsplit("/", 1)[-1] for lb in labels[-len(own) :]] == [p.name for p in own]
+        again = play(PLAY, staged.inventory_dir, extravars=extravars)
+        assert again.ok and again.changed == 0, again.stats.get("changed")
+    finally:
+        restored = play(PLAY, staged.inventory_dir)
+        assert restored.ok, failure_text(restored)
+    labels = json.loads(sh(node, f"cat {WORKDIR}/.git/a3rl/series.json"))["labels"]
+    assert not any("/verl/0003-" in lb for lb in labels)
+
+
+def test_damaged_copy_on_one_node_is_sent_again(staged):
+    node1, node2 = (n.container for n in staged.members())
+    bundle = f"{NODE_STORE}/git/verl.bundle"
+    sh(node2, f"printf 'X' | dd of={bundle} bs=1 seek=100 conv=notrunc status=none")
+    result = play(PLAY, staged.inventory_dir)
+    assert result.ok, failure_text(result)
+    assert result.stats["changed"].get("node1", 0) == 0
+    assert result.stats["changed"]["node2"] > 0
+    store = staged.state / "store/git/verl.bundle"
+    assert (
+        sh(node2, f"sha256sum {bundle}").split()[0] == sh(node1, f"sha256sum {bundle}").split()[0]
+    )
+    import hashlib
+
+    assert (
+        sh(node2, f"sha256sum {bundle}").split()[0]
+        == hashlib.sha256(store.read_bytes()).hexdigest()
+    )
+
+
+def _ansible_playbook(inventory: Path, extravars: dict) -> subprocess.Popen:
+    root = project_root()
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
+        "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"],
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+    }
+    return subprocess.Popen(
+        ["ansible-playbook", "-i", str(inventory), PLAY, "-e", json.dumps(extravars)],
+        cwd=root,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def test_interrupted_transfer_resumes(staged):
+    """A transfer killed halfway leaves a partial file; the next run appends the rest to
+    it (same file, the first part not sent again) and verifies it."""
+    node = staged.members()[1].container
+    bundle = f"{NODE_STORE}/git/verl.bundle"
+    full = (staged.state / "store/git/verl.bundle").stat().st_size
+    sh(node, f"rm -f {bundle} {bundle}.sha256")
+    proc = _ansible_playbook(staged.inventory_dir, {"artifact_store_bwlimit": 32})
+    try:
+        deadline = time.monotonic() + 120
+        size = 0
+        while time.monotonic() < deadline:
+            out = sh(node, f"stat -c %s {bundle} 2>/dev/null || echo 0", check=False).strip()
+            size = int(out or 0)
+            if size > 64 * 1024:
+                break
+            time.sleep(0.5)
+        assert 0 < size < full, f"no partial transfer seen ({size} of {full} bytes)"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    time.sleep(1)
+    partial = int(sh(node, f"stat -c %s {bundle}").strip())
+    inode = sh(node, f"stat -c %i {bundle}").strip()
+    head = sh(node, f"head -c {partial} {bundle} | sha256sum").split()[0]
+    assert 0 < partial < full
+    assert sh(node, f"test -e {bundle}.sha256 || echo none").strip() == "none"
+    result = play(PLAY, staged.inventory_dir)
+    assert result.ok, failure_text(result)
+    assert int(sh(node, f"stat -c %s {bundle}").strip()) == full
+    assert sh(node, f"stat -c %i {bundle}").strip() == inode, (
+        "the partial file was replaced, not resumed"
+    )
+    assert sh(node, f"head -c {partial} {bundle} | sha256sum").split()[0] == head
+    assert sh(node, f"test -f {bundle}.sha256 && echo ok").strip() == "ok"
+
+
+def test_bundle_round_trip_reaches_no_network(staged, tmp_path):
+    """A bundle made from upstreams served over HTTP; then site.yml from the unpacked
+    bundle with artifact_source=bundle: the server sees no request at all."""
+    up = upstreams.build()
+    bundle = tmp_path / "bundle"
+    with upstreams.serve(up.root) as served:
+        ov = overrides(staged)
+        for name, spec in upstreams.manifest_overrides(up, served.base_url).items():
+            ov[name]["url"] = spec["url"]
+        made = play(
+            "playbooks/bundle.yml",
+            staged.inventory_dir,
+            extravars={
+                "a3rl_artifact_overrides": ov,
+                "a3rl_bundle_dir": str(bundle),
+                "bundle_tarball": True,
+            },
+        )
+        assert made.ok, failure_text(made)
+        assert any("/info/refs" in p for p in served.requests), served.requests[:5]
+        sums = (bundle / "SHA256SUMS").read_text()
+        for needed in (
+            "git/verl.bundle",
+            "git/vllm_ascend--csrc_third_party_catlass.bundle",
+            "python/recipe_wheels.tar",
+            "images/",
+            "Atlas-A3-hdk-npu-driver",
+            "standins/deepscaler.standin.json",
+        ):
+            assert needed in sums, needed
+        offline = tmp_path / "offline"
+        offline.mkdir()
+        with tarfile.open(f"{bundle}.tar") as tar:
+            assert not any(
+                m.name.endswith(".git") or "/.git/" in m.name
+                for m in tar.getmembers()
+                if m.name.startswith("./git/") and m.isdir()
+            )
+            tar.extractall(offline, filter="data")
+        subprocess.run(["sha256sum", "--quiet", "-c", "SHA256SUMS"], cwd=offline, check=True)
+        served.requests.clear()
+        result = play(
+            "site.yml",
+            staged.inventory_dir,
+            extravars={
+                "a3rl_artifact_overrides": ov,
+                "artifact_source": "bundle",
+                "a3rl_artifact_dir": str(offline),
+            },
+        )
+        assert result.ok, failure_text(result)
+        assert served.requests == []
+        # A damaged bundle is refused before anything on the nodes changes.
+        victim = offline / "git/verl.bundle"
+        data = bytearray(victim.read_bytes())
+        data[200] ^= 0xFF
+        victim.write_bytes(bytes(data))
+        refused = play(
+            PLAY,
+            staged.inventory_dir,
+            extravars={
+                "a3rl_artifact_overrides": ov,
+                "artifact_source": "bundle",
+                "a3rl_artifact_dir": str(offline),
+            },
+        )
+        assert not refused.ok
+        assert "git/verl.bundle does not have its recorded sha256" in failure_text(refused)
+        assert "make the bundle again" in failure_text(refused)
+        assert served.requests == []
+
+
+def test_a_stager_node_fetches_and_the_controller_gets_its_store(staged, tmp_path):
+    """artifact_store_fetch_host: a node fetches (here from copies of the upstreams on
+    it), the controller pulls its store and verifies it, the nodes stage from that."""
+    up = upstreams.build()
+    stager = staged.members()[0].container
+    sh(stager, f"mkdir -p {up.root.parent}")
+    podman.run(["cp", str(up.root), f"{stager}:{up.root}"])
+    store = tmp_path / "store"
+    extravars = {
+        "artifact_store_fetch_host": staged.members()[0].hostname,
+        "artifact_store_stager_dir": "/var/cache/a3rl/stager-test",
+        "artifact_store_groups": ["frameworks", "recipe"],
+        "frameworks_install_requirements": False,
+        "a3rl_artifact_dir": str(store),
+    }
+    try:
+        result = play(PLAY, staged.inventory_dir, extravars=extravars)
+        assert result.ok, failure_text(result)
+        record = json.loads((store / "manifest.json").read_text())["artifacts"]
+        assert sorted(record) == ["megatron", "mindspeed", "recipe", "verl", "vllm", "vllm_ascend"]
+        on_stager = json.loads(sh(stager, "cat /var/cache/a3rl/stager-test/manifest.json"))
+        assert on_stager["artifacts"]["verl"]["commit"] == record["verl"]["commit"]
+        assert not (store / "git/verl.git").exists()  # fetch caches stay on the stager
+        for node in staged.members():
+            head = sh(node.container, "git -C /data/a3rl/src/verl rev-parse HEAD").strip()
+            assert head == record["verl"]["commit"]
+        again = play(PLAY, staged.inventory_dir, extravars=extravars)
+        assert again.ok and again.changed == 0, again.stats.get("changed")
+    finally:
+        sh(stager, f"rm -rf /var/cache/a3rl/stager-test {up.root.parent}", check=False)

@@ -1,0 +1,467 @@
+"""The artifact store and the node-side staging, with real git, a real HTTP server and
+real files in temporary folders."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import os
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from a3rl import artifacts, manifest, stage
+
+IDENT = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@t",
+    "GIT_AUTHOR_DATE": "2020-01-01T00:00:00+0000",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@t",
+    "GIT_COMMITTER_DATE": "2020-01-01T00:00:00+0000",
+}
+
+
+def git(*args: str, cwd: Path | None = None) -> str:
+    env = {**os.environ, **IDENT, "GIT_CONFIG_NOSYSTEM": "1"}
+    return subprocess.run(
+        ["git", "-c", "protocol.file.allow=always", "-c", "init.defaultBranch=main", *args],
+        cwd=cwd,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory) -> dict:
+    """A framework repo with a tag, a cherry-pick branch and a relative-URL submodule."""
+    root = tmp_path_factory.mktemp("up")
+    sub = root / "sub-work"
+    sub.mkdir()
+    git("init", "-q", cwd=sub)
+    write(sub, {"lib.c": "int x;\n"})
+    git("add", ".", cwd=sub)
+    git("commit", "-qm", "sub", cwd=sub)
+    git("clone", "-q", "--bare", str(sub), str(root / "sub.git"))
+    work = root / "fw-work"
+    work.mkdir()
+    git("init", "-q", cwd=work)
+    write(
+        work,
+        {
+            "pkg/__init__.py": "VERSION = 1\n",
+            "pkg/core.py": "a = 1\nb = 2\n",
+            "scripts/conv.py": "print('conv')\n",
+            "conf/x.yaml": "k: 1\n",
+            "conf/y.yaml": "k: 2\n",
+            "conf/z.py": "z = 1\n",
+        },
+    )
+    git("add", ".", cwd=work)
+    git("commit", "-qm", "base", cwd=work)
+    git(
+        "-c",
+        "protocol.file.allow=always",
+        "submodule",
+        "add",
+        "-q",
+        "../sub.git",
+        "third_party/sub",
+        cwd=work,
+    )
+    # The superproject's .gitmodules must hold the relative URL, as upstreams do.
+    git("commit", "-qm", "submodule", cwd=work)
+    git("tag", "v1.0", cwd=work)
+    git("checkout", "-qb", "pr-1", cwd=work)
+    write(work, {"pkg/core.py": "a = 1\nb = 3\n"})
+    git("commit", "-qam", "fix b", cwd=work)
+    pick = git("rev-parse", "HEAD", cwd=work)
+    git("checkout", "-q", "main", cwd=work)
+    git("clone", "-q", "--bare", str(work), str(root / "fw.git"))
+    # The bare clone has the branch; the submodule URL ../sub.git resolves next to it.
+    return {
+        "url": str(root / "fw.git"),
+        "pick": pick,
+        "tag_commit": git("rev-parse", "v1.0", cwd=work),
+        "sub_commit": git("rev-parse", "HEAD", cwd=sub),
+    }
+
+
+def git_spec(up: dict, **extra) -> dict:
+    return {
+        "kind": "git",
+        "group": "frameworks",
+        "url": up["url"],
+        "ref": "v1.0",
+        "cherry_picks": [{"commit": up["pick"][:7], "fetch": "refs/heads/pr-1"}],
+        "submodules": True,
+        **extra,
+    }
+
+
+# ------------------------------------------------------------------------- git store
+
+
+def test_git_bundle_pins_the_ref_with_its_cherry_pick_and_submodule(tmp_path, upstream):
+    store = str(tmp_path / "store")
+    r = artifacts.ensure(store, "fw", git_spec(upstream))
+    assert r["changed"] and r["action"] == "fetched"
+    entry = r["entry"]
+    assert entry["upstream_commit"] == upstream["tag_commit"]
+    assert entry["commit"] != upstream["tag_commit"]
+    paths = [f["path"] for f in entry["files"]]
+    assert paths == ["git/fw.bundle", "git/fw--third_party_sub.bundle"]
+    assert entry["files"][1]["commit"] == upstream["sub_commit"]
+    # The pinned commit has the cherry-pick's change on top of the tag.
+    clone = tmp_path / "clone"
+    git("init", "-q", str(clone))
+    git("fetch", "-q", str(Path(store) / "git/fw.bundle"), "refs/a3rl/pinned", cwd=clone)
+    git("checkout", "-q", entry["commit"], cwd=clone)
+    assert (clone / "pkg/core.py").read_text() == "a = 1\nb = 3\n"
+    assert git("rev-parse", "HEAD^", cwd=clone) == upstream["tag_commit"]
+    recorded = json.loads((Path(store) / "manifest.json").read_text())["artifacts"]["fw"]
+    assert recorded["files"][0]["sha256"] == artifacts.sha256_file(
+        str(Path(store) / "git/fw.bundle")
+    )
+
+
+def test_pinned_commit_is_the_same_in_every_store(tmp_path, upstream):
+    a = artifacts.ensure(str(tmp_path / "a"), "fw", git_spec(upstream))["entry"]["commit"]
+    b = artifacts.ensure(str(tmp_path / "b"), "fw", git_spec(upstream))["entry"]["commit"]
+    assert a == b
+
+
+def test_rerun_uses_no_network_and_changes_nothing(tmp_path, upstream):
+    store = str(tmp_path / "store")
+    artifacts.ensure(store, "fw", git_spec(upstream))
+    before = (Path(store) / "manifest.json").read_bytes()
+    # An unreachable URL would fail any fetch; the spec digest differs, so keep the URL
+    # and check instead that a second run neither fetches nor rewrites the bundle.
+    mtime = (Path(store) / "git/fw.bundle").stat().st_mtime_ns
+    r = artifacts.ensure(store, "fw", git_spec(upstream))
+    assert not r["changed"] and r["action"] == "present"
+    assert (Path(store) / "git/fw.bundle").stat().st_mtime_ns == mtime
+    assert (Path(store) / "manifest.json").read_bytes() == before
+
+
+def test_offline_store_never_fetches(tmp_path, upstream):
+    store = str(tmp_path / "store")
+    spec = git_spec(upstream)
+    artifacts.ensure(store, "fw", spec)
+    assert not artifacts.ensure(store, "fw", spec, offline=True)["changed"]
+    with pytest.raises(artifacts.ArtifactError, match="offline store .* make the bundle again"):
+        artifacts.ensure(store, "other", {**spec, "ref": "pr-1"}, offline=True)
+    (Path(store) / "git/fw.bundle").write_bytes(b"damaged")
+    with pytest.raises(artifacts.ArtifactError, match="fw: git/fw.bundle has 7 bytes"):
+        artifacts.ensure(store, "fw", spec, offline=True)
+
+
+def test_damaged_file_is_fetched_again_online(tmp_path, upstream):
+    store = tmp_path / "store"
+    spec = git_spec(upstream)
+    artifacts.ensure(str(store), "fw", spec)
+    bundle = store / "git/fw.bundle"
+    data = bytearray(bundle.read_bytes())
+    data[-1] ^= 0xFF
+    bundle.write_bytes(bytes(data))  # same size, new mtime: re-hashed
+    r = artifacts.ensure(str(store), "fw", spec)
+    assert r["changed"] and "recorded sha256" in r["reason"]
+
+
+def test_moved_tag_is_refused(tmp_path, upstream):
+    with pytest.raises(artifacts.ArtifactError, match="the ref moved upstream"):
+        artifacts.ensure(str(tmp_path / "s"), "fw", git_spec(upstream, commit="0" * 40))
+
+
+def test_unknown_ref_names_the_fix(tmp_path, upstream):
+    with pytest.raises(
+        artifacts.ArtifactError, match="'v9' is not a ref or commit .* correct the ref"
+    ):
+        artifacts.ensure(str(tmp_path / "s"), "fw", {**git_spec(upstream), "ref": "v9"})
+
+
+def test_check_mode_fetches_nothing(tmp_path, upstream):
+    store = tmp_path / "s"
+    r = artifacts.ensure(str(store), "fw", git_spec(upstream), check=True)
+    assert r["action"] == "would_fetch" and r["changed"]
+    assert not (store / "manifest.json").exists() and not (store / "git").exists()
+
+
+def test_submodule_url_resolution():
+    r = artifacts.resolve_relative_url
+    assert (
+        r("https://github.com/vllm-project/vllm-ascend.git", "../catlass.git")
+        == "https://github.com/vllm-project/catlass.git"
+    )
+    assert r("/srv/up/vllm_ascend.git", "../sub.git") == "/srv/up/sub.git"
+    assert r("/srv/up/a.git/", "./b") == "/srv/up/a.git/b"
+    assert r("x", "https://gitee.com/a/b.git") == "https://gitee.com/a/b.git"
+
+
+@pytest.mark.parametrize(
+    "spec, needle",
+    [
+        ({"kind": "svn"}, "kind is 'svn'"),
+        ({"kind": "http", "url": "http://x", "dest": "a"}, "`sha256` is not set"),
+        ({"kind": "file", "dest": "../etc/passwd"}, "relative path inside the store"),
+        (
+            {"kind": "git", "url": "u", "ref": "r", "cherry_picks": [{"fetch": "x"}]},
+            "needs `commit`",
+        ),
+        ({"kind": "http", "url": "u", "dest": "a", "sha256": "ABC"}, "64 lowercase hex"),
+    ],
+)
+def test_manifest_entry_problems(spec, needle):
+    assert any(needle in p for p in artifacts.validate("x", spec))
+
+
+def test_wheelhouse_needs_its_requirements_source_in_the_same_run():
+    m = {
+        "recipe": {"kind": "git", "group": "recipe", "url": "u", "ref": "r"},
+        "wheels": {
+            "kind": "wheelhouse",
+            "group": "python",
+            "requirements": {"artifact": "recipe", "path": "requirements.txt"},
+        },
+    }
+    assert manifest.artifact_names(m, ["python", "recipe"]) == ["recipe", "wheels"]
+    assert any(
+        "which this run does not fetch" in p
+        for p in manifest.artifact_problems(m, manifest.artifact_names(m, ["python"]))
+    )
+    assert manifest.artifact_problems(m, ["recipe", "wheels"]) == []
+    assert "not in the manifest" in manifest.artifact_problems(m, ["nope"])[0]
+
+
+# ------------------------------------------------------------------------------ http
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+
+@pytest.fixture()
+def http_files(tmp_path):
+    root = tmp_path / "www"
+    root.mkdir()
+    log: list[tuple[str, str | None]] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, directory=str(root), **kw)
+
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):  # noqa: N802 - http.server's naming
+            rng = self.headers.get("Range")
+            log.append((self.path, rng))
+            path = root / self.path.lstrip("/")
+            if rng and path.is_file():
+                start = int(rng.split("=")[1].rstrip("-"))
+                data = path.read_bytes()[start:]
+                self.send_response(206)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
+            super().do_GET()
+
+    srv = _Server(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield root, f"http://127.0.0.1:{srv.server_address[1]}", log
+    srv.shutdown()
+
+
+def test_http_download_resumes_a_partial_file(tmp_path, http_files):
+    root, base, log = http_files
+    payload = os.urandom(300_000)
+    (root / "big.bin").write_bytes(payload)
+    store = tmp_path / "store"
+    (store / "files").mkdir(parents=True)
+    (store / "files/big.bin.part").write_bytes(payload[:100_000])  # an interrupted run
+    spec = {
+        "kind": "http",
+        "url": f"{base}/big.bin",
+        "dest": "files/big.bin",
+        "sha256": artifacts.sha256_file(str(root / "big.bin")),
+    }
+    r = artifacts.ensure(str(store), "big", spec)
+    assert r["changed"]
+    assert (store / "files/big.bin").read_bytes() == payload
+    assert log == [("/big.bin", "bytes=100000-")]
+    assert not (store / "files/big.bin.part").exists()
+    log.clear()
+    assert not artifacts.ensure(str(store), "big", spec)["changed"]
+    assert log == []
+
+
+def test_http_checksum_mismatch_is_refused_and_discarded(tmp_path, http_files):
+    root, base, _ = http_files
+    (root / "f.bin").write_bytes(b"not the pinned file")
+    store = tmp_path / "store"
+    spec = {"kind": "http", "url": f"{base}/f.bin", "dest": "f.bin", "sha256": "0" * 64}
+    with pytest.raises(artifacts.ArtifactError, match="discarded"):
+        artifacts.ensure(str(store), "f", spec)
+    assert not (store / "f.bin").exists() and not (store / "f.bin.part").exists()
+    assert "f" not in artifacts.read_manifest(str(store))["artifacts"]
+
+
+def test_provided_file_is_copied_and_checked(tmp_path):
+    src = tmp_path / "driver.run"
+    src.write_bytes(b"driver")
+    store = tmp_path / "store"
+    good = {
+        "kind": "file",
+        "dest": "d.run",
+        "path": str(src),
+        "sha256": artifacts.sha256_file(str(src)),
+    }
+    assert artifacts.ensure(str(store), "drv", good)["changed"]
+    with pytest.raises(artifacts.ArtifactError, match="put the file there"):
+        artifacts.ensure(str(tmp_path / "s2"), "drv", {"kind": "file", "dest": "d.run"})
+    with pytest.raises(artifacts.ArtifactError, match="has sha256 .* the manifest says"):
+        artifacts.ensure(str(tmp_path / "s3"), "drv", {**good, "sha256": "1" * 64})
+
+
+# --------------------------------------------------------------------- node copies
+
+
+def test_node_copies_partial_damaged_and_verified(tmp_path):
+    root = tmp_path / "node"
+    (root / "git").mkdir(parents=True)
+    data = b"x" * 1000
+    files = [
+        {"path": "git/a.bundle", "sha256": hashlib.sha256(data).hexdigest(), "size": 1000},
+        {"path": "git/b.bundle", "sha256": hashlib.sha256(b"b").hexdigest(), "size": 1},
+    ]
+    (root / "git/a.bundle").write_bytes(data[:400])  # partial: kept for the resume
+    r = stage.check_files(str(root), files)
+    assert r["needed"] == ["git/a.bundle", "git/b.bundle"] and (root / "git/a.bundle").exists()
+    (root / "git/a.bundle").write_bytes(data)
+    (root / "git/b.bundle").write_bytes(b"c")  # right size, wrong content
+    r = stage.check_files(str(root), files)
+    assert r["stamped"] == ["git/a.bundle"] and r["removed"] == ["git/b.bundle"]
+    assert not (root / "git/b.bundle").exists()
+    with pytest.raises(stage.StageError, match="git/b.bundle"):
+        stage.check_files(str(root), files, require=True)
+    (root / "git/b.bundle").write_bytes(b"b")
+    r = stage.check_files(str(root), files)
+    assert r["verified"] == ["git/a.bundle", "git/b.bundle"] and r["stamped"] == ["git/b.bundle"]
+    r = stage.check_files(str(root), files)
+    assert not r["changed"] and r["needed"] == []
+    # Written to after it was verified (same size): hashed again, found damaged.
+    (root / "git/b.bundle").write_bytes(b"d")
+    r = stage.check_files(str(root), files)
+    assert r["removed"] == ["git/b.bundle"] and r["needed"] == ["git/b.bundle"]
+
+
+# ------------------------------------------------------------------ source + workdir
+
+
+@pytest.fixture()
+def staged(tmp_path, upstream):
+    store = tmp_path / "store"
+    record = {"artifacts": {"fw": artifacts.ensure(str(store), "fw", git_spec(upstream))["entry"]}}
+    spec = manifest.git_checkout_spec(record, "fw", str(store))
+    src = tmp_path / "src/fw"
+    return spec, src
+
+
+def test_checkout_from_bundles_with_submodule_then_unchanged(staged):
+    spec, src = staged
+    r = stage.checkout(spec["bundle"], str(src), spec["commit"], spec["submodules"])
+    assert r["changed"] and r["action"] == "clone"
+    assert (src / "third_party/sub/lib.c").read_text() == "int x;\n"
+    assert (src / "pkg/core.py").read_text() == "a = 1\nb = 3\n"
+    assert not stage.checkout(spec["bundle"], str(src), spec["commit"], spec["submodules"])[
+        "changed"
+    ]
+    (src / "pkg/core.py").write_text("edited\n")
+    r = stage.checkout(spec["bundle"], str(src), spec["commit"], spec["submodules"])
+    assert r["changed"] and r["discarded"] == ["pkg/core.py"]
+    assert (src / "pkg/core.py").read_text() == "a = 1\nb = 3\n"
+
+
+def test_checkout_check_mode_creates_nothing(staged):
+    spec, src = staged
+    r = stage.checkout(spec["bundle"], str(src), spec["commit"], spec["submodules"], check=True)
+    assert r["changed"] and not src.exists()
+
+
+LAYOUT = [
+    {"from": "fw", "path": "pkg", "to": "pkg"},
+    {"from": "fw", "path": "scripts/conv.py", "to": "./"},
+    {"from": "fw", "path": "conf/*.yaml", "to": "pkg/config/"},
+    {"from": "fw", "path": "conf/*py", "to": "pkg/"},
+]
+
+
+def test_workdir_layout_like_build_project(staged, tmp_path):
+    spec, src = staged
+    stage.checkout(spec["bundle"], str(src), spec["commit"], spec["submodules"])
+    wd = tmp_path / "wd"
+    r = stage.build_workdir(str(wd), {"fw": str(src)}, LAYOUT)
+    assert r["changed"] and r["action"] == "create"
+    files = sorted(
+        str(p.relative_to(wd)) for p in wd.rglob("*") if p.is_file() and ".git" not in p.parts
+    )
+    assert files == [
+        "conv.py",
+        "pkg/__init__.py",
+        "pkg/config/x.yaml",
+        "pkg/config/y.yaml",
+        "pkg/core.py",
+        "pkg/z.py",
+    ]
+    assert git("rev-parse", "refs/a3rl/pristine", cwd=wd) == r["commit"]
+    assert git("status", "--porcelain", cwd=wd) == ""
+    again = stage.build_workdir(str(wd), {"fw": str(src)}, LAYOUT)
+    assert not again["changed"] and again["commit"] == r["commit"]
+    # Same sources, same layout: the same pristine commit in another folder (another node).
+    other = stage.build_workdir(str(tmp_path / "wd2"), {"fw": str(src)}, LAYOUT)
+    assert other["commit"] == r["commit"]
+
+
+def test_workdir_change_keeps_untracked_runtime_files(staged, tmp_path):
+    spec, src = staged
+    stage.checkout(spec["bundle"], str(src), spec["commit"], spec["submodules"])
+    wd = tmp_path / "wd"
+    stage.build_workdir(str(wd), {"fw": str(src)}, LAYOUT)
+    (wd / "kernel_meta").mkdir()
+    (wd / "kernel_meta/op.o").write_text("cache")
+    (wd / "outputs.log").write_text("log")
+    smaller = [e for e in LAYOUT if e["path"] != "scripts/conv.py"]
+    check = stage.build_workdir(str(wd), {"fw": str(src)}, smaller, check=True)
+    assert check["changed"] and (wd / "conv.py").exists()
+    r = stage.build_workdir(str(wd), {"fw": str(src)}, smaller)
+    assert r["changed"] and r["action"] == "update"
+    assert not (wd / "conv.py").exists()
+    assert (wd / "kernel_meta/op.o").read_text() == "cache" and (
+        wd / "outputs.log"
+    ).read_text() == "log"
+
+
+def test_workdir_refuses_unknown_paths(staged, tmp_path):
+    spec, src = staged
+    stage.checkout(spec["bundle"], str(src), spec["commit"], spec["submodules"])
+    with pytest.raises(stage.StageError, match="nope does not exist"):
+        stage.build_workdir(
+            str(tmp_path / "wd"), {"fw": str(src)}, [{"from": "fw", "path": "nope", "to": "x"}]
+        )
+    with pytest.raises(stage.StageError, match="not staged: other"):
+        stage.build_workdir(
+            str(tmp_path / "wd"), {"fw": str(src)}, [{"from": "other", "path": "a", "to": "b"}]
+        )

@@ -1,0 +1,280 @@
+"""The simulator's stand-in upstream repositories (``a3rl.sim.upstreams``).
+
+They replace GitHub and gitcode for the roles that fetch framework sources and the
+recipe, so these tests check what those roles will rely on: the pins resolve to the
+recorded shas, clones work by path and over http (submodule included), the recipe's own
+scripts build its working directory and apply its series (or stop at the conflicting
+patch), and every build gives the same shas.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from a3rl.sim import upstreams
+
+FRAMEWORK_FOLDERS = {"verl": "verl", "megatron": "Megatron-LM", "mindspeed": "MindSpeed",
+                     "vllm": "vllm", "vllm_ascend": "vllm-ascend"}
+CLEAN = [
+    "patches/0001-feature-model-converter.patch",
+    "patches/megatron/0001-megatron-bugfix-state_ten-verification.patch",
+    "patches/mindspeed/0001-mindspeed-bugfix-builder.patch",
+    "patches/verl/0001-verl-feature-recompute_old_log_prob.patch",
+    "patches/verl/0002-verl-feature-onload_offload.patch",
+    "patches/vllm/0001-vllm-feature-disable_gc.patch",
+    "patches/vllm_ascend/0001-vllm_ascend-feature-bs_threshold_for_spec_decode.patch",
+]
+EXTRA = "patches/verl/0003-verl-feature-use_rollout_log_probs.patch"
+CONFLICT = "patches/vllm_ascend/0002-vllm_ascend-bugfix-disabled_fia.patch"
+
+
+def env() -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    return {**clean, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+
+
+def git(cwd: Path, *args: str, check: bool = True) -> str:
+    proc = subprocess.run(["git", "-c", "advice.detachedHead=false", *args], cwd=cwd,
+                          env=env(), capture_output=True, text=True)
+    if check:
+        assert proc.returncode == 0, f"git {args}: {proc.stderr}"
+    return proc.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def up() -> upstreams.Upstreams:
+    return upstreams.build(log=lambda _msg: None)
+
+
+@pytest.fixture(scope="module")
+def workspace(up, tmp_path_factory) -> Path:
+    """The recipe's /workspace: checkouts of the pinned refs, verl with its cherry-pick."""
+    ws = tmp_path_factory.mktemp("workspace")
+    manifest = upstreams.manifest_overrides(up)
+    for name, folder in FRAMEWORK_FOLDERS.items():
+        git(ws, "clone", "-q", manifest[name]["url"], folder)
+        git(ws / folder, "checkout", "-q", manifest[name]["ref"])
+    for pick in manifest["verl"]["cherry_picks"]:
+        git(ws / "verl", "fetch", "-q", "origin", pick["fetch"])
+        git(ws / "verl", "cherry-pick", "-n", "-X", "theirs", pick["commit"])
+    return ws
+
+
+def run_recipe(up, workspace: Path, commit: str, dest: Path
+               ) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """The recipe's procedure: checkout, build_project.sh, apply_all_patches.sh."""
+    git(dest.parent, "clone", "-q", up.url("recipe"), dest.name)
+    git(dest, "checkout", "-q", commit)
+    wd = dest / up.recipe_subdir
+    subprocess.run(["bash", "build_project.sh"], cwd=wd, check=True, capture_output=True,
+                   env={**env(), "FRAMEWORKS_DIR": str(workspace)})
+    proc = subprocess.run(["bash", "apply_all_patches.sh"], cwd=wd, env=env(),
+                          capture_output=True, text=True)
+    return proc, wd
+
+
+def applied(proc: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line.split("[SUCCESS]: ")[1] for line in proc.stdout.splitlines()
+            if "[SUCCESS]: " in line]
+
+
+@pytest.fixture(scope="module")
+def clean_layout(up, workspace, tmp_path_factory) -> Path:
+    proc, wd = run_recipe(up, workspace, up.recipe_commits["clean"],
+                          tmp_path_factory.mktemp("clean") / "recipe")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert applied(proc) == CLEAN
+    return wd
+
+
+def test_refs_resolve_as_recorded(up):
+    for name, ref in up.refs.items():
+        assert git(up.root / f"{name}.git", "rev-parse", f"{ref}^{{commit}}") \
+            == up.commits[name], name
+    verl = up.root / "verl.git"
+    assert git(verl, "cat-file", "-t", "v0.6.0") == "tag"
+    for ref in ("refs/heads/pr-3427", "refs/pull/3427/head"):
+        assert git(verl, "rev-parse", ref) == up.verl_pick
+    assert git(verl, "rev-parse", f"{up.verl_pick}^") == up.commits["verl"]
+    assert git(verl, "diff", "--numstat", f"{up.verl_pick}^", up.verl_pick) \
+        == "1\t1\tverl/models/mcore/config_converter.py"
+    # MindSpeed is pinned by sha and its branch moved on, as upstream's did.
+    mindspeed = up.root / "mindspeed.git"
+    assert git(mindspeed, "rev-parse", "master^") == up.refs["mindspeed"]
+    gitlink = git(up.root / "vllm_ascend.git", "ls-tree", "v0.14.0", "csrc/third_party/catlass")
+    assert gitlink.split()[:3] == ["160000", "commit", up.commits["vllm_ascend_sub"]]
+    recipe = up.root / "recipe.git"
+    commits = up.recipe_commits
+    assert up.refs["recipe"] == commits["clean"]
+    assert git(recipe, "rev-parse", "main") == commits["extra"]
+    assert git(recipe, "rev-parse", "conflict") == commits["conflict"]
+    assert git(recipe, "rev-parse", "main^", "conflict^").split() == [commits["clean"]] * 2
+
+
+def test_every_repository_says_it_is_a_stand_in(up):
+    for bare in sorted(up.root.glob("*.git")):
+        assert upstreams.NOTE in (bare / "description").read_text()
+        readme = git(bare, "show", "HEAD:README.md")
+        message = git(bare, "log", "-1", "--format=%B", "HEAD")
+        assert upstreams.NOTE in readme or upstreams.NOTE in message, bare.name
+    for path in ("recipe/dapo/config/dapo_megatron_trainer.yaml", "recipe/dapo/main_dapo.py",
+                 "recipe/dapo/dapo_ray_trainer.py", "recipe/r1_ascend/__init__.py"):
+        head = git(up.root / "verl.git", "show", f"v0.6.0:{path}").splitlines()[0]
+        assert head.startswith("# STAND-IN made by a3rl's simulator"), path
+
+
+def test_verl_tree_is_the_real_sdist(up):
+    listed = set(git(up.root / "verl.git", "ls-tree", "-r", "--name-only", "v0.6.0").split())
+    with tarfile.open(upstreams.verl_sdist(log=lambda _msg: None)) as tar:
+        members = {m.name.split("/", 1)[1]: m for m in tar.getmembers() if m.isfile()}
+        kept = {n for n in members
+                if n not in ("PKG-INFO", "setup.cfg") and ".egg-info/" not in n}
+        assert kept == {n for n in listed if not n.startswith("recipe/")}
+        name = "verl/trainer/config/actor/actor.yaml"
+        real = tar.extractfile(members[name])
+        assert real is not None
+        assert git(up.root / "verl.git", "show", f"v0.6.0:{name}") \
+            == real.read().decode().strip()
+
+
+def test_a_second_build_is_reused_at_once(up):
+    start = time.monotonic()
+    again = upstreams.build(log=lambda _msg: None)
+    assert time.monotonic() - start < 1.0
+    assert again == up
+
+
+def test_clone_by_path_gets_the_submodule_at_the_gitlink(up, tmp_path):
+    git(tmp_path, "clone", "-q", up.url("vllm_ascend"), "va")
+    git(tmp_path / "va", "checkout", "-q", "v0.14.0")
+    git(tmp_path / "va", "-c", "protocol.file.allow=always", "submodule", "update", "--init")
+    sub = tmp_path / "va/csrc/third_party/catlass"
+    assert git(sub, "rev-parse", "HEAD") == up.commits["vllm_ascend_sub"]
+    assert (sub / "include/catlass/catlass.hpp").is_file()
+
+
+def test_clone_over_http_gets_the_submodule_and_the_pick(up, tmp_path):
+    with upstreams.serve(up.root) as served:
+        assert served.snapshot() == []  # nothing fetched until a client asks
+        git(tmp_path, "clone", "-q", f"{served.base_url}/vllm_ascend.git", "va")
+        git(tmp_path / "va", "checkout", "-q", "v0.14.0")
+        git(tmp_path / "va", "submodule", "update", "--init")
+        sub = tmp_path / "va/csrc/third_party/catlass"
+        assert git(sub, "rev-parse", "HEAD") == up.commits["vllm_ascend_sub"]
+        assert git(sub, "remote", "get-url", "origin") \
+            == f"{served.base_url}/vllm_ascend_sub.git"
+        # verl the recipe's way: the tag, then the pull request's ref, cherry-picked.
+        git(tmp_path, "clone", "-q", f"{served.base_url}/verl.git", "verl")
+        git(tmp_path / "verl", "checkout", "-q", "v0.6.0")
+        git(tmp_path / "verl", "fetch", "-q", "origin", "pull/3427/head")
+        git(tmp_path / "verl", "cherry-pick", "-n", "-X", "theirs", up.verl_pick[:7])
+        assert '"masked_softmax_fusion": False' in \
+            (tmp_path / "verl/verl/models/mcore/config_converter.py").read_text()
+        requests = served.snapshot()
+    for repo in ("vllm_ascend", "vllm_ascend_sub", "verl"):
+        assert any(r.startswith(f"/{repo}.git/info/refs") for r in requests), repo
+        assert any(r.startswith(f"/{repo}.git/objects/") for r in requests), repo
+
+
+def test_the_clean_series_applies_with_the_recipes_scripts(up, clean_layout):
+    wd = clean_layout
+    assert "recompute_old_log_prob: True" in (wd / upstreams.ACTOR_YAML).read_text()
+    assert "moe_grouped_gemm" in (wd / "converter_hf_to_mcore.py").read_text()
+    assert "gc.set_threshold(0)" in (wd / "vllm/entrypoints/llm.py").read_text()
+    assert (wd / "vllm/v1/spec_decode/sam.py").is_file()
+    assert (wd / "vllm_ascend/spec_decode/sam_proposer.py").is_file()
+    assert (wd / "verl/trainer/main_dapo.py").is_file()
+    assert (wd / "verl/trainer/config/dapo_megatron_trainer.yaml").is_file()
+    assert (wd / "megatron/core/parallel_state.py").is_file()
+    assert (wd / "r1_ascend/__init__.py").is_file()
+    # The cherry-pick reached the layout; the patches' paths are the recipe repo's.
+    assert '"masked_softmax_fusion": False' in \
+        (wd / "verl/models/mcore/config_converter.py").read_text()
+    for rel in CLEAN:
+        assert "diff --git a/llm_rl/qwen3/" in (wd / rel).read_text()
+    # verl/0002 was made after verl/0001: its context carries 0001's key.
+    assert "\n recompute_old_log_prob: True\n" in (wd / CLEAN[4]).read_text()
+
+
+def test_the_projects_extra_patches_apply_after_the_clean_series(clean_layout, tmp_path):
+    patches = upstreams.extra_patches(tmp_path / "extra")
+    assert [p.name for p in patches] == ["0001-verl-bugfix-visible_devices_keyword.patch"]
+    for patch in patches:
+        assert "diff --git a/verl/" in patch.read_text()
+        git(clean_layout, "apply", "--ignore-whitespace", f"--directory={upstreams.RECIPE_SUBDIR}",
+            str(patch))
+    assert '"ASCEND_RT_VISIBLE_DEVICES" if is_npu_available' in \
+        (clean_layout / "verl/utils/device.py").read_text()
+
+
+def test_the_extra_series_applies_and_so_do_the_projects_patches(up, workspace, tmp_path):
+    proc, wd = run_recipe(up, workspace, up.recipe_commits["extra"], tmp_path / "recipe")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert applied(proc) == CLEAN[:5] + [EXTRA] + CLEAN[5:]
+    assert "use_rollout_log_probs: False" in (wd / upstreams.ACTOR_YAML).read_text()
+    for patch in upstreams.extra_patches(tmp_path / "extra"):
+        git(wd, "apply", "--ignore-whitespace", f"--directory={upstreams.RECIPE_SUBDIR}",
+            str(patch))
+
+
+def test_the_conflict_series_stops_at_the_conflicting_patch(up, workspace, tmp_path):
+    proc, wd = run_recipe(up, workspace, up.recipe_commits["conflict"], tmp_path / "recipe")
+    assert proc.returncode != 0
+    assert applied(proc) == CLEAN
+    assert f"[FAIL]: {CONFLICT}" in proc.stderr
+    assert "patch does not apply" in proc.stderr
+    assert not (wd / "vllm/v1/spec_decode/sam.py").exists()  # stopped before the copies
+
+
+def test_hydra_composes_the_override_only_after_the_patch(workspace, clean_layout,
+                                                        monkeypatch):
+    pytest.importorskip("hydra")
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import ConfigCompositionException
+
+    override = "actor_rollout_ref.actor.recompute_old_log_prob=False"
+    stock = workspace / "verl/verl/trainer/config"
+    with initialize_config_dir(config_dir=str(stock), version_base=None):
+        with pytest.raises(ConfigCompositionException, match="Could not override"):
+            compose("ppo_megatron_trainer", overrides=[override])
+    patched = clean_layout / "verl/trainer/config"
+    monkeypatch.chdir(clean_layout)  # the DAPO config's search path is relative to it
+    with initialize_config_dir(config_dir=str(patched), version_base=None):
+        cfg = compose("ppo_megatron_trainer", overrides=[override])
+        assert cfg.actor_rollout_ref.actor.recompute_old_log_prob is False
+        dapo = compose("dapo_megatron_trainer", overrides=[override, "data.train_batch_size=32"])
+        assert dapo.data.gen_batch_size == 32
+        assert dapo.reward_model.reward_manager == "dapo"
+
+
+def test_builds_are_deterministic(up, tmp_path):
+    sdist = upstreams.verl_sdist(log=lambda _msg: None)
+    record = upstreams._build_into(tmp_path / "again", sdist, log=lambda _msg: None)
+    assert record == {"refs": up.refs, "commits": up.commits, "verl_pick": up.verl_pick,
+                      "recipe_commits": up.recipe_commits}
+    ours = tmp_path / "again/project-patches"
+    for patch in upstreams.extra_patches(tmp_path / "cached"):
+        assert (ours / patch.name).read_bytes() == patch.read_bytes()
+
+
+def test_manifest_overrides_point_at_the_repositories(up):
+    by_path = upstreams.manifest_overrides(up)
+    assert by_path["verl"] == {
+        "url": up.url("verl"), "ref": "v0.6.0",
+        "cherry_picks": [{"commit": up.verl_pick, "fetch": "refs/heads/pr-3427"}]}
+    assert by_path["mindspeed"] == {"url": up.url("mindspeed"), "ref": up.commits["mindspeed"]}
+    assert by_path["vllm_ascend"]["submodules"] is True
+    assert by_path["recipe"] == {"url": up.url("recipe"), "ref": up.recipe_commits["clean"],
+                                 "subdir": "llm_rl/qwen3"}
+    served = upstreams.manifest_overrides(up, base_url="http://127.0.0.1:8080/")
+    assert {v["url"] for v in served.values()} == {
+        f"http://127.0.0.1:8080/{n}.git"
+        for n in ("verl", "megatron", "mindspeed", "vllm", "vllm_ascend", "recipe")}

@@ -1,0 +1,662 @@
+"""The artifact store: every artifact of the manifest, fetched once, verified, recorded.
+
+A store is a folder (on the controller, or on a stager node) laid out by artifact kind:
+
+    git/<name>.bundle             a git bundle holding ``refs/a3rl/pinned``: the pinned
+                                  ref with its cherry-picks committed on top
+    git/<name>--<sub>.bundle      one bundle per git submodule, at its gitlink commit
+    git/<name>.git/               bare fetch cache (not part of a bundle)
+    python/<name>.tar             a wheelhouse (``pip download``), as one tar file
+    <dest>                        files (http, vendor packages, image archives)
+    <dest>/                       directory artifacts (modelscope snapshots)
+    manifest.json                 what is there: per artifact its spec digest, commit,
+                                  and every file with sha256 and size
+
+An artifact is recorded in ``manifest.json`` only after its checksum passed; a re-run
+whose spec is unchanged and whose files still have their recorded size and mtime does
+nothing and touches no network. An offline store (an air-gapped site's bundle) is
+never fetched into: anything missing or damaged is an error that says so.
+
+Runs on the controller and, as an Ansible module_utils, on a stager node: standard
+library only, Python 3.8+.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
+
+MANIFEST = "manifest.json"
+MANIFEST_VERSION = 1
+KINDS = ("git", "http", "file", "modelscope", "wheelhouse")
+PINNED_REF = "refs/a3rl/pinned"
+# Fixed identity and date for the commit that carries the cherry-picks, so the pinned
+# commit has the same id on every machine that makes it.
+_PIN_IDENTITY = {
+    "GIT_AUTHOR_NAME": "a3rl",
+    "GIT_AUTHOR_EMAIL": "a3rl@localhost",
+    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000",
+    "GIT_COMMITTER_NAME": "a3rl",
+    "GIT_COMMITTER_EMAIL": "a3rl@localhost",
+    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
+}
+_CHUNK = 1 << 20
+
+
+class ArtifactError(Exception):
+    """An artifact cannot be fetched or verified; the message names it and the fix."""
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def spec_digest(spec: dict[str, Any]) -> str:
+    """Digest of what defines an artifact's content (not descriptive fields)."""
+    keep = {k: v for k, v in spec.items() if k not in ("group", "version", "size", "description")}
+    return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def validate(name: str, spec: dict[str, Any]) -> list[str]:
+    """Problems with one manifest entry, as sentences naming the entry and the fix."""
+    problems = []
+    kind = spec.get("kind")
+    if kind not in KINDS:
+        return [f"artifact {name}: kind is {kind!r}; expected one of {', '.join(KINDS)}"]
+    need = {
+        "git": ("url", "ref"),
+        "http": ("url", "dest", "sha256"),
+        "file": ("dest",),
+        "modelscope": ("id", "dest"),
+        "wheelhouse": ("requirements",),
+    }[kind]
+    for key in need:
+        if not spec.get(key):
+            problems.append(
+                f"artifact {name} ({kind}): `{key}` is not set. Fix: set it in "
+                "a3rl_artifacts or a3rl_artifact_overrides."
+            )
+    sha = spec.get("sha256")
+    if sha and not re.fullmatch(r"[0-9a-f]{64}", str(sha)):
+        problems.append(f"artifact {name}: sha256 {sha!r} is not 64 lowercase hex digits.")
+    dest = str(spec.get("dest", ""))
+    if dest.startswith("/") or ".." in dest.split("/"):
+        problems.append(f"artifact {name}: dest {dest!r} must be a relative path inside the store.")
+    for pick in spec.get("cherry_picks") or []:
+        if not isinstance(pick, dict) or not pick.get("commit"):
+            problems.append(
+                f"artifact {name}: each cherry_picks entry needs `commit` "
+                "(and `fetch`, the ref that holds it)."
+            )
+    return problems
+
+
+@contextlib.contextmanager
+def locked(store: str) -> Iterator[None]:
+    os.makedirs(store, exist_ok=True)
+    with open(os.path.join(store, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def read_manifest(store: str) -> dict[str, Any]:
+    path = os.path.join(store, MANIFEST)
+    if not os.path.exists(path):
+        return {"version": MANIFEST_VERSION, "artifacts": {}}
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    data.setdefault("artifacts", {})
+    return data
+
+
+def write_manifest(store: str, data: dict[str, Any]) -> None:
+    path = os.path.join(store, MANIFEST)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def file_record(store: str, rel: str, **extra: Any) -> dict[str, Any]:
+    full = os.path.join(store, rel)
+    st = os.stat(full)
+    rec = {"path": rel, "sha256": sha256_file(full), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    rec.update(extra)
+    return rec
+
+
+def intact(store: str, entry: dict[str, Any], rehash: bool = False) -> str | None:
+    """None when every recorded file is there as recorded; else what is wrong.
+
+    Size and mtime are compared; the content is re-hashed only when they changed (or
+    ``rehash``), so a no-op run stays cheap on hundreds of GB.
+    """
+    for rec in entry.get("files", []):
+        full = os.path.join(store, rec["path"])
+        try:
+            st = os.stat(full)
+        except FileNotFoundError:
+            return f"{rec['path']} is missing"
+        if st.st_size != rec["size"]:
+            return f"{rec['path']} has {st.st_size} bytes, recorded {rec['size']}"
+        if rehash or st.st_mtime_ns != rec.get("mtime_ns"):
+            if sha256_file(full) != rec["sha256"]:
+                return f"{rec['path']} does not have its recorded sha256 {rec['sha256']}"
+            rec["mtime_ns"] = st.st_mtime_ns
+    return None
+
+
+def _git(
+    args: list[str], cwd: str | None = None, env: dict[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ)
+    full_env.update({"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1"})
+    if env:
+        full_env.update(env)
+    proc = subprocess.run(
+        ["git", "-c", "protocol.file.allow=always", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+    )
+    if check and proc.returncode != 0:
+        raise ArtifactError(f"git {' '.join(args)}: {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc
+
+
+def resolve_relative_url(base: str, url: str) -> str:
+    """A submodule URL as git resolves it: ``../x.git`` is relative to the superproject."""
+    if not (url.startswith("../") or url.startswith("./")):
+        return url
+    base = base.rstrip("/")
+    while url.startswith("../") or url.startswith("./"):
+        if url.startswith("./"):
+            url = url[2:]
+            continue
+        url = url[3:]
+        cut = base.rfind("/")
+        if cut <= 0 or base[:cut].endswith(":/"):
+            raise ArtifactError(f"cannot resolve submodule URL {url!r} against {base!r}")
+        base = base[:cut]
+    return base + "/" + url
+
+
+def submodule_bundle_name(name: str, path: str) -> str:
+    return f"git/{name}--{re.sub(r'[^A-Za-z0-9_.-]', '_', path)}.bundle"
+
+
+# ------------------------------------------------------------------------------- git
+
+
+def _fetch_commit(repo: str, url: str, want: str, label: str) -> str:
+    """Fetch ``want`` (a ref name or a commit id) from ``url`` into ``repo``; its commit.
+
+    A ref or full id is fetched directly; servers that refuse an unadvertised id (and
+    short ids, which no server takes) fall back to fetching every branch and tag.
+    """
+    _git(["fetch", "--quiet", "--no-tags", url, f"+{want}:refs/a3rl/want"], cwd=repo, check=False)
+    got = _git(
+        ["rev-parse", "--verify", "--quiet", "refs/a3rl/want^{commit}"], cwd=repo, check=False
+    )
+    _git(["update-ref", "-d", "refs/a3rl/want"], cwd=repo, check=False)
+    if got.returncode == 0 and (
+        not re.fullmatch(r"[0-9a-f]{7,40}", want) or got.stdout.startswith(want)
+    ):
+        return got.stdout.strip()
+    local = _git(["rev-parse", "--verify", "--quiet", f"{want}^{{commit}}"], cwd=repo, check=False)
+    if local.returncode != 0:
+        proc = _git(
+            ["fetch", "--quiet", "--tags", url, "+refs/heads/*:refs/a3rl/heads/*"],
+            cwd=repo,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise ArtifactError(
+                f"{label}: cannot fetch from {url}: {proc.stderr.strip()}. Fix: "
+                "check the URL and that this host reaches it (or use a bundle)."
+            )
+        local = _git(
+            ["rev-parse", "--verify", "--quiet", f"{want}^{{commit}}"], cwd=repo, check=False
+        )
+    if local.returncode != 0:
+        raise ArtifactError(
+            f"{label}: {want!r} is not a ref or commit of {url}. Fix: correct the "
+            "ref in the manifest."
+        )
+    return local.stdout.strip()
+
+
+def _cherry_pick(repo: str, base: str, picks: list[str], label: str, message: str) -> str:
+    """Commit ``picks`` applied on ``base`` with ``-n -X theirs``; deterministic id."""
+    work = tempfile.mkdtemp(prefix="a3rl-pick-")
+    try:
+        _git(["worktree", "add", "--quiet", "--detach", work, base], cwd=repo)
+        for pick in picks:
+            proc = _git(
+                ["cherry-pick", "-n", "-X", "theirs", pick],
+                cwd=work,
+                env=_PIN_IDENTITY,
+                check=False,
+            )
+            if proc.returncode != 0:
+                raise ArtifactError(
+                    f"{label}: cherry-pick -n -X theirs {pick} onto {base[:12]} failed: "
+                    f"{proc.stderr.strip()}. Fix: pin a ref the cherry-pick applies to."
+                )
+        _git(["commit", "--quiet", "--allow-empty", "-m", message], cwd=work, env=_PIN_IDENTITY)
+        return _git(["rev-parse", "HEAD"], cwd=work).stdout.strip()
+    finally:
+        _git(["worktree", "remove", "--force", work], cwd=repo, check=False)
+        shutil.rmtree(work, ignore_errors=True)
+        _git(["worktree", "prune"], cwd=repo, check=False)
+
+
+def _bundle(repo: str, commit: str, store: str, rel: str) -> None:
+    _git(["update-ref", PINNED_REF, commit], cwd=repo)
+    out = os.path.join(store, rel)
+    tmp = out + ".tmp"
+    _git(["bundle", "create", "--quiet", tmp, PINNED_REF], cwd=repo)
+    os.replace(tmp, out)
+
+
+def _gitlinks(repo: str, commit: str, url: str) -> list[tuple[str, str, str]]:
+    """(path, commit, absolute url) of each submodule recorded in ``commit``."""
+    links = []
+    out = _git(["ls-tree", "-r", "-z", commit], cwd=repo).stdout
+    for item in out.split("\0"):
+        if item.startswith("160000 commit "):
+            meta, path = item.split("\t", 1)
+            links.append((path, meta.split()[2]))
+    if not links:
+        return []
+    cfg = _git(
+        [
+            "config",
+            "--blob",
+            f"{commit}:.gitmodules",
+            "--get-regexp",
+            r"^submodule\..*\.(path|url)$",
+        ],
+        cwd=repo,
+        check=False,
+    ).stdout
+    paths, urls = {}, {}
+    for line in cfg.splitlines():
+        key, _, value = line.partition(" ")
+        section, field = key.rsplit(".", 1)
+        (paths if field == "path" else urls)[section] = value
+    by_path = {p: urls.get(s) for s, p in paths.items()}
+    result = []
+    for path, sha in links:
+        sub_url = by_path.get(path)
+        if not sub_url:
+            raise ArtifactError(f"submodule {path} has no URL in .gitmodules at {commit[:12]}")
+        result.append((path, sha, resolve_relative_url(url, sub_url)))
+    return result
+
+
+def fetch_git(
+    store: str, name: str, spec: dict[str, Any], log: Callable[[str], None]
+) -> dict[str, Any]:
+    """Fetch a framework at its pin into ``git/<name>.bundle`` (+ submodule bundles)."""
+    os.makedirs(os.path.join(store, "git"), exist_ok=True)
+    repo = os.path.join(store, "git", f"{name}.git")
+    if not os.path.isdir(repo):
+        _git(["init", "--quiet", "--bare", repo])
+    url, ref = spec["url"], str(spec["ref"])
+    log(f"{name}: fetching {ref} from {url}")
+    upstream = _fetch_commit(repo, url, ref, name)
+    expected = spec.get("commit")
+    if expected and not upstream.startswith(str(expected)):
+        raise ArtifactError(
+            f"{name}: {ref} at {url} is commit {upstream}, the manifest pins "
+            f"{expected}: the ref moved upstream. Fix: check the upstream, then "
+            "update `commit` in the manifest."
+        )
+    pinned = upstream
+    picks = []
+    for pick in spec.get("cherry_picks") or []:
+        if pick.get("fetch"):
+            _fetch_commit(repo, url, pick["fetch"], f"{name} cherry-pick source")
+        picks.append(_fetch_commit(repo, url, str(pick["commit"]), f"{name} cherry-pick"))
+    if picks:
+        message = f"a3rl: {ref} with cherry-pick -n -X theirs " + " ".join(p[:12] for p in picks)
+        pinned = _cherry_pick(repo, upstream, picks, name, message)
+    _bundle(repo, pinned, store, f"git/{name}.bundle")
+    files = [file_record(store, f"git/{name}.bundle", commit=pinned)]
+    if spec.get("submodules"):
+        for path, sha, sub_url in _gitlinks(repo, pinned, url):
+            sub_repo = os.path.join(store, "git", f"{name}--sub.git")
+            if not os.path.isdir(sub_repo):
+                _git(["init", "--quiet", "--bare", sub_repo])
+            log(f"{name}: fetching submodule {path} at {sha[:12]} from {sub_url}")
+            _fetch_commit(sub_repo, sub_url, sha, f"{name} submodule {path}")
+            rel = submodule_bundle_name(name, path)
+            _bundle(sub_repo, sha, store, rel)
+            files.append(file_record(store, rel, commit=sha, submodule=path))
+    return {"commit": pinned, "upstream_commit": upstream, "files": files}
+
+
+# ------------------------------------------------------------------------------ http
+
+
+def download(
+    url: str,
+    dest: str,
+    sha256: str,
+    log: Callable[[str], None],
+    timeout: float = 60,
+    headers: dict[str, str] | None = None,
+) -> None:
+    """Download ``url`` to ``dest``, resuming ``dest.part``; ``dest`` appears only verified."""
+    part = dest + ".part"
+    os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
+    have = os.path.getsize(part) if os.path.exists(part) else 0
+    req = urllib.request.Request(url, headers=dict(headers or {}))
+    if have:
+        req.add_header("Range", f"bytes={have}-")
+        log(f"resuming {url} at byte {have}")
+    try:
+        resp = urllib.request.urlopen(req, timeout=timeout)
+    except urllib.error.HTTPError as e:
+        if e.code == 416 and have:  # the part is already complete
+            resp = None
+        else:
+            raise ArtifactError(f"{url}: HTTP {e.code} {e.reason}. Fix: check the URL.") from None
+    except (urllib.error.URLError, OSError) as e:
+        raise ArtifactError(
+            f"{url}: cannot connect ({e}). Fix: check the URL and that this host "
+            "reaches it, or use an offline bundle."
+        ) from None
+    if resp is not None:
+        with resp:
+            mode = "ab" if have and resp.status == 206 else "wb"
+            with open(part, mode) as f:
+                shutil.copyfileobj(resp, f, _CHUNK)
+    got = sha256_file(part)
+    if got != sha256:
+        os.unlink(part)
+        raise ArtifactError(
+            f"{url}: downloaded file has sha256 {got}, the manifest says {sha256}. "
+            "The download was discarded. Fix: check the URL and the sha256."
+        )
+    os.replace(part, dest)
+
+
+# ------------------------------------------------------------------------- other kinds
+
+
+def fetch_file(
+    store: str, name: str, spec: dict[str, Any], log: Callable[[str], None]
+) -> dict[str, Any]:
+    """A file the site provides (vendor packages, image archives): copied from ``path``
+    into the store, or expected at ``dest`` already; checked against ``sha256``."""
+    dest = os.path.join(store, spec["dest"])
+    src = spec.get("path")
+    if src and os.path.abspath(src) != os.path.abspath(dest):
+        if not os.path.exists(src):
+            raise ArtifactError(
+                f"artifact {name}: {src} does not exist. Fix: put the file there "
+                "or correct `path` in the manifest."
+            )
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        log(f"{name}: copying {src}")
+        shutil.copyfile(src, dest + ".part")
+        os.replace(dest + ".part", dest)
+    if not os.path.exists(dest):
+        raise ArtifactError(
+            f"artifact {name}: {dest} does not exist. It cannot be downloaded by "
+            "this tool. Fix: put the file there (or set `path`/`url`)."
+        )
+    rec = file_record(store, spec["dest"])
+    if spec.get("sha256") and rec["sha256"] != spec["sha256"]:
+        raise ArtifactError(
+            f"artifact {name}: {dest} has sha256 {rec['sha256']}, the manifest "
+            f"says {spec['sha256']}. Fix: replace the file or correct the sha256."
+        )
+    return {"files": [rec]}
+
+
+def fetch_http(
+    store: str, name: str, spec: dict[str, Any], log: Callable[[str], None]
+) -> dict[str, Any]:
+    log(f"{name}: downloading {spec['url']}")
+    download(spec["url"], os.path.join(store, spec["dest"]), spec["sha256"], log)
+    return {"files": [file_record(store, spec["dest"])]}
+
+
+def fetch_modelscope(
+    store: str, name: str, spec: dict[str, Any], log: Callable[[str], None]
+) -> dict[str, Any]:
+    """A model or dataset snapshot from the ModelScope hub (resumable by the hub client)."""
+    try:
+        from modelscope import snapshot_download  # type: ignore
+    except ImportError:
+        raise ArtifactError(
+            f"artifact {name}: the `modelscope` package is not installed on the "
+            "fetch host. Fix: pip install modelscope there, or fetch on "
+            "another host and use a bundle."
+        ) from None
+    dest = os.path.join(store, spec["dest"])
+    log(f"{name}: downloading {spec['id']} from ModelScope")
+    kwargs = {"local_dir": dest}
+    if spec.get("allow_patterns"):
+        kwargs["allow_patterns"] = list(spec["allow_patterns"])
+    if spec.get("revision"):
+        kwargs["revision"] = spec["revision"]
+    if spec.get("repo_type"):
+        kwargs["repo_type"] = spec["repo_type"]
+    snapshot_download(spec["id"], **kwargs)
+    files = []
+    for root, dirs, names in os.walk(dest):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for n in sorted(names):
+            if not n.startswith("."):
+                files.append(file_record(store, os.path.relpath(os.path.join(root, n), store)))
+    return {"files": files}
+
+
+def _requirements_text(store: str, spec: dict[str, Any], manifest: dict[str, Any]) -> str:
+    req = spec["requirements"]
+    if isinstance(req, list):
+        return "".join(f"{line}\n" for line in req)
+    # {artifact: <git artifact>, path: <file in it>}: read from the pinned commit.
+    owner = manifest["artifacts"].get(req["artifact"])
+    if not owner or "commit" not in owner:
+        raise ArtifactError(
+            f"wheelhouse: requirements come from artifact {req['artifact']!r}, "
+            "which is not in the store yet. Fix: list it before the wheelhouse."
+        )
+    repo = os.path.join(store, "git", f"{req['artifact']}.git")
+    return _git(["show", f"{owner['commit']}:{req['path']}"], cwd=repo).stdout
+
+
+def fetch_wheelhouse(
+    store: str,
+    name: str,
+    spec: dict[str, Any],
+    log: Callable[[str], None],
+    manifest: dict[str, Any],
+) -> dict[str, Any]:
+    """``pip download`` the requirements for the nodes' platform into one tar file."""
+    text = _requirements_text(store, spec, manifest)
+    rel = f"python/{name}.tar"
+    os.makedirs(os.path.join(store, "python"), exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=os.path.join(store, "python")) as tmp:
+        wheels = os.path.join(tmp, "wheels")
+        os.mkdir(wheels)
+        with open(os.path.join(wheels, "requirements.txt"), "w") as f:
+            f.write(text)
+        cmd = [
+            spec.get("pip") or sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--disable-pip-version-check",
+            "-d",
+            wheels,
+            "-r",
+            os.path.join(wheels, "requirements.txt"),
+        ]
+        if spec.get("platforms"):
+            cmd += ["--only-binary=:all:"]
+            for plat in spec["platforms"]:
+                cmd += ["--platform", plat]
+        if spec.get("python_version"):
+            cmd += ["--python-version", str(spec["python_version"]), "--implementation", "cp"]
+            if "--only-binary=:all:" not in cmd:
+                cmd += ["--only-binary=:all:"]
+        if spec.get("index_url"):
+            cmd += ["--index-url", spec["index_url"]]
+        log(f"{name}: pip download of {len(text.splitlines())} requirement lines")
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ArtifactError(
+                f"wheelhouse {name}: pip download failed: {proc.stderr.strip()[-2000:]}"
+            )
+        tmp_tar = os.path.join(tmp, "w.tar")
+        with tarfile.open(tmp_tar, "w") as tar:
+            for n in sorted(os.listdir(wheels)):
+                info = tar.gettarinfo(os.path.join(wheels, n), arcname=n)
+                info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+                with open(os.path.join(wheels, n), "rb") as f:
+                    tar.addfile(info, f)
+        os.replace(tmp_tar, os.path.join(store, rel))
+    req_digest = hashlib.sha256(text.encode()).hexdigest()
+    return {"requirements_sha256": req_digest, "files": [file_record(store, rel)]}
+
+
+# ----------------------------------------------------------------------------- entry
+
+
+def ensure(
+    store: str,
+    name: str,
+    spec: dict[str, Any],
+    offline: bool = False,
+    check: bool = False,
+    refresh: bool = False,
+    log: Callable[[str], None] = lambda _m: None,
+) -> dict[str, Any]:
+    """Make the store hold artifact ``name`` as ``spec`` says; report what was done.
+
+    Returns ``{"changed": bool, "action": present|fetched|would_fetch, "entry": {...}}``.
+    """
+    problems = validate(name, spec)
+    if problems:
+        raise ArtifactError(" ".join(problems))
+    digest = spec_digest(spec)
+    with locked(store):
+        manifest = read_manifest(store)
+        entry = manifest["artifacts"].get(name)
+        why = None
+        if entry is None:
+            why = "not in the store"
+        elif entry.get("spec_digest") != digest:
+            why = "the manifest entry changed"
+        elif (
+            spec["kind"] == "wheelhouse"
+            and not isinstance(spec["requirements"], list)
+            and not offline
+        ):
+            # Offline, the requirements file's source is the bundle's recipe commit,
+            # whose own entry is checked; the bare fetch cache is not in a bundle.
+            try:
+                text = _requirements_text(store, spec, manifest)
+            except ArtifactError as e:
+                why = str(e)
+            else:
+                if hashlib.sha256(text.encode()).hexdigest() != entry.get("requirements_sha256"):
+                    why = "the requirements changed"
+        if why is None:
+            why = intact(store, entry)
+            if why is None and refresh:
+                why = "a refresh was asked for"
+        if why is None:
+            if not check:
+                write_manifest(store, manifest)  # refreshed mtimes after a re-hash
+            return {"changed": False, "action": "present", "entry": entry}
+        if offline:
+            raise ArtifactError(
+                f"artifact {name}: {why} in the offline store {store} (artifact_source=bundle), "
+                "and nothing is fetched from the network. Fix: make the bundle again on a "
+                "connected machine (playbooks/bundle.yml) with this manifest."
+            )
+        if check:
+            return {"changed": True, "action": "would_fetch", "reason": why, "entry": entry or {}}
+        fetcher = {
+            "git": fetch_git,
+            "http": fetch_http,
+            "file": fetch_file,
+            "modelscope": fetch_modelscope,
+        }.get(spec["kind"])
+        started = time.monotonic()
+        if fetcher is None:
+            result = fetch_wheelhouse(store, name, spec, log, manifest)
+        else:
+            result = fetcher(store, name, spec, log)
+        entry = {
+            "kind": spec["kind"],
+            "spec_digest": digest,
+            "version": str(spec.get("version", "")),
+            "group": spec.get("group", ""),
+            **result,
+        }
+        manifest["artifacts"][name] = entry
+        write_manifest(store, manifest)
+        return {
+            "changed": True,
+            "action": "fetched",
+            "reason": why,
+            "entry": entry,
+            "seconds": round(time.monotonic() - started, 1),
+        }
+
+
+def checksum_lines(manifest: dict[str, Any], names: list[str] | None = None) -> str:
+    """``sha256sum -c`` input for the files of the named artifacts (all by default)."""
+    lines = []
+    for name, entry in sorted(manifest["artifacts"].items()):
+        if names is None or name in names:
+            lines.extend(f"{f['sha256']}  {f['path']}" for f in entry.get("files", []))
+    return "".join(f"{line}\n" for line in lines)
+
+
+def node_files(manifest: dict[str, Any], names: list[str]) -> list[dict[str, Any]]:
+    """The files the nodes need for the named artifacts: path, sha256, size."""
+    files = []
+    for name in names:
+        entry = manifest["artifacts"].get(name)
+        if entry is None:
+            raise ArtifactError(
+                f"artifact {name} is not in the store. Fix: run the artifact "
+                "store stage first (it fetches it)."
+            )
+        files.extend(
+            {"path": f["path"], "sha256": f["sha256"], "size": f["size"]} for f in entry["files"]
+        )
+    return files

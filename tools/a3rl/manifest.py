@@ -1,0 +1,90 @@
+"""The artifact manifest as the roles read it: which entries a stage needs, whether
+they are well formed, and where a role finds an artifact's file."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from a3rl import artifacts
+
+
+def artifact_names(manifest: dict[str, dict[str, Any]], groups: list[str] | str) -> list[str]:
+    """Names of the entries in ``groups`` (``all`` for every one), in fetch order.
+
+    Git artifacts come first: a wheelhouse reads its requirements from one of them.
+    """
+    wanted = None if groups == "all" or groups == ["all"] else set(groups)
+    names = [n for n, spec in manifest.items() if wanted is None or spec.get("group") in wanted]
+    return sorted(names, key=lambda n: manifest[n].get("kind") == "wheelhouse")
+
+
+def artifact_problems(manifest: dict[str, dict[str, Any]], names: list[str]) -> list[str]:
+    """Sentences naming each bad or missing entry among ``names`` and its fix."""
+    problems = []
+    for name in dict.fromkeys(names):
+        spec = manifest.get(name)
+        if spec is None:
+            problems.append(
+                f"artifact {name} is not in the manifest (a3rl_artifacts). Fix: add "
+                "it, or remove it from the list that names it."
+            )
+            continue
+        problems.extend(artifacts.validate(name, spec))
+        req = spec.get("requirements")
+        if (
+            spec.get("kind") == "wheelhouse"
+            and isinstance(req, dict)
+            and req.get("artifact") not in names
+        ):
+            problems.append(
+                f"artifact {name} reads its requirements from {req.get('artifact')!r}, "
+                "which this run does not fetch. Fix: fetch both (same group list)."
+            )
+    return problems
+
+
+def node_files(record: dict[str, Any], names: list[str]) -> list[dict[str, Any]]:
+    """The store's files (path, sha256, size) of ``names``, as the nodes receive them."""
+    try:
+        return artifacts.node_files(record, list(names))
+    except artifacts.ArtifactError as e:
+        raise ValueError(str(e)) from None
+
+
+def artifact_file(record: dict[str, Any], name: str, store: str = "") -> str:
+    """Path of an artifact's (first) file in the store."""
+    entry = record.get("artifacts", {}).get(name)
+    if not entry or not entry.get("files"):
+        raise ValueError(f"artifact {name} is not in the store record")
+    rel = entry["files"][0]["path"]
+    return f"{store.rstrip('/')}/{rel}" if store else rel
+
+
+def git_checkout_spec(record: dict[str, Any], name: str, node_dir: str) -> dict[str, Any]:
+    """What a node needs to check out git artifact ``name`` from its copies in ``node_dir``."""
+    entry = record.get("artifacts", {}).get(name)
+    if not entry or entry.get("kind") != "git":
+        raise ValueError(f"artifact {name} is not a git artifact in the store record")
+    main = entry["files"][0]
+    return {
+        "bundle": f"{node_dir}/{main['path']}",
+        "commit": entry["commit"],
+        "submodules": [
+            {"path": f["submodule"], "bundle": f"{node_dir}/{f['path']}", "commit": f["commit"]}
+            for f in entry["files"][1:]
+            if f.get("submodule")
+        ],
+    }
+
+
+def bundle_spec(spec: dict[str, Any], store: str, bundle: str) -> dict[str, Any]:
+    """A manifest entry as the bundle play fetches it: a provided file without ``path``
+    comes from the controller's store (where the site put it)."""
+    if spec.get("kind") == "file" and not spec.get("path"):
+        return {**spec, "path": f"{store.rstrip('/')}/{spec['dest']}"}
+    return spec
+
+
+def checksum_lines(record: dict[str, Any], names: list[str] | None = None) -> str:
+    """``sha256sum -c`` input for the files of ``names`` in a store record."""
+    return artifacts.checksum_lines(record, names)

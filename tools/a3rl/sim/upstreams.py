@@ -1,0 +1,1106 @@
+"""Stand-in upstream git repositories for the frameworks and the recipe.
+
+The simulator has no route to GitHub or gitcode, yet the roles that fetch the framework
+sources and the recipe must run against real git repositories: tags, a commit pin, a
+cherry-pick fetched from a pull-request ref, a submodule, a patch series that applies or
+fails. These repositories are STAND-INS made by a3rl's simulator, laid out like the
+upstreams but not their code (each says so in a README, a file header or its commit
+message), except verl, whose tree is the real verl 0.6.0 source distribution from PyPI:
+
+* ``verl.git`` (volcengine/verl): tag ``v0.6.0`` = the sdist's tree plus small stand-ins for
+  ``recipe/dapo`` and ``recipe/r1_ascend`` (the sdist has no ``recipe/``); branch ``pr-3427``
+  (also ``refs/pull/3427/head``, as GitHub publishes it) = one commit on top, the stand-in
+  for upstream commit 448c6c3 that the recipe cherry-picks with ``-n -X theirs``.
+* ``megatron.git`` (NVIDIA/Megatron-LM) tag ``core_v0.12.1``; ``mindspeed.git``
+  (Ascend/MindSpeed, branch ``master``) pinned by commit sha, with a later commit on top;
+  ``vllm.git`` tag ``v0.14.1``; ``vllm_ascend.git`` tag ``v0.14.0`` with a git submodule at
+  ``csrc/third_party/catlass`` whose URL is relative (``../vllm_ascend_sub.git``), so it
+  resolves whether the repositories are reached by path or over http.
+* ``recipe.git`` (hicann/cann-recipes-train): ``llm_rl/qwen3`` with ``requirements.txt``,
+  ``build_project.sh``, ``apply_all_patches.sh`` and a patch series, in three commits:
+  ``clean``, ``extra`` (= ``main``: one more verl patch) and ``conflict`` (branch
+  ``conflict`` off ``clean``: a vllm_ascend patch whose context no longer matches).
+
+The patches are made by ``git format-patch`` from a scratch repository holding the recipe's
+working directory (the "build_project" layout) at ``llm_rl/qwen3``, so, like the real
+recipe's, their paths are relative to the top of the recipe repository
+(``a/llm_rl/qwen3/verl/trainer/config/actor/actor.yaml``): ``git apply`` run in
+``llm_rl/qwen3`` of a recipe checkout resolves them there. Run in a folder outside any git
+repository they do not apply; run inside another repository's subfolder, ``git apply``
+skips them and still exits 0.
+
+Every commit has fixed author, committer and dates, so the shas are the same on every
+machine and every build. Built once per content (this file + the sdist's sha256) under
+``.cache/sim-upstreams/<digest>``; ``serve()`` publishes the folder over git's "dumb"
+http protocol for tests that need a URL.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import textwrap
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from a3rl.files import sha256_file
+from a3rl.paths import cache_dir
+
+Log = Callable[[str], None]
+
+VERL_VERSION = "0.6.0"
+VERL_SDIST_SHA256 = "806ec5212f42c6a39143754ce86d2df28ab1373762d35846ca7b022bcb7b1402"
+RECIPE_SUBDIR = "llm_rl/qwen3"
+PICK_BRANCH = "pr-3427"
+NOTE = "stand-in made by a3rl's simulator"
+
+# Fixed identity and dates: the shas depend on nothing else but the content.
+_IDENT = {
+    "GIT_AUTHOR_NAME": "a3rl simulator",
+    "GIT_AUTHOR_EMAIL": "a3rl-sim@example.invalid",
+    "GIT_AUTHOR_DATE": "2025-11-20T12:00:00+0000",
+    "GIT_COMMITTER_NAME": "a3rl simulator",
+    "GIT_COMMITTER_EMAIL": "a3rl-sim@example.invalid",
+    "GIT_COMMITTER_DATE": "2025-11-20T12:00:00+0000",
+}
+
+
+@dataclass(frozen=True)
+class Upstreams:
+    """Where the stand-in repositories are and what their pins resolve to."""
+
+    root: Path                      # folder with the bare repositories <name>.git
+    refs: dict[str, str]            # name -> the ref an inventory pins (tag, sha)
+    commits: dict[str, str]         # name -> full commit sha that ref resolves to
+    verl_pick: str                  # full sha of the pr-3427 commit
+    recipe_commits: dict[str, str]  # "clean", "extra", "conflict" -> full sha
+    recipe_subdir: str = RECIPE_SUBDIR
+
+    def url(self, name: str) -> str:
+        """Path of the bare repository ``name`` (usable as a git URL)."""
+        return str(self.root / f"{name}.git")
+
+
+# --------------------------------------------------------------------------- git
+
+
+def _env() -> dict[str, str]:
+    # The user's git config (hooks, signing, autocrlf, default branch) must not leak in.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(_IDENT, GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull,
+               LC_ALL="C", TZ="UTC", COLUMNS="80")
+    return env
+
+
+def _git(cwd: Path, *args: str) -> str:
+    """Run git with the fixed identity; return stdout as is (patches keep their newline)."""
+    proc = subprocess.run(
+        ["git", "-c", "core.abbrev=7", "-c", "protocol.file.allow=always",
+         "-c", "advice.detachedHead=false", *args],
+        cwd=cwd, env=_env(), capture_output=True, text=True,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)} in {cwd} failed: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def _rev(repo: Path, ref: str) -> str:
+    return _git(repo, "rev-parse", f"{ref}^{{commit}}").strip()
+
+
+def _write(root: Path, files: dict[str, str], executable: tuple[str, ...] = ()) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.chmod(0o755 if rel in executable else 0o644)
+
+
+def _init(work: Path, branch: str = "main") -> Path:
+    work.mkdir(parents=True)
+    _git(work, "init", "-q", "-b", branch)
+    return work
+
+
+def _commit(work: Path, message: str) -> str:
+    _git(work, "add", "-A", "--force")
+    _git(work, "commit", "-q", "-m", message)
+    return _rev(work, "HEAD")
+
+
+def _publish(work: Path, bare: Path, description: str, head: str = "main") -> None:
+    """Copy every ref of ``work`` into a new bare repository, ready for dumb http."""
+    _git(bare.parent, "init", "-q", "--bare", "-b", head, bare.name)
+    (bare / "description").write_text(f"{description} ({NOTE})\n")
+    _git(work, "push", "-q", str(bare), "refs/*:refs/*")
+    _git(bare, "repack", "-a", "-d", "-q")
+    _git(bare, "update-server-info")
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    if text.count(old) != 1:
+        raise RuntimeError(f"stand-in patch: expected one {old!r} in {path}")
+    path.write_text(text.replace(old, new))
+
+
+def _d(text: str) -> str:
+    return textwrap.dedent(text).lstrip("\n")
+
+
+def _header(upstream: str, what: str) -> str:
+    return f"# STAND-IN made by a3rl's simulator for {upstream}: {what}\n"
+
+
+# --------------------------------------------------------------------------- verl
+
+
+def verl_sdist(log: Log = print) -> Path:
+    """The real verl 0.6.0 source distribution from PyPI, checked against its sha256."""
+    out = cache_dir() / "sim-upstreams" / "sdist"
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"verl-{VERL_VERSION}.tar.gz"
+    with open(out / "download.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.is_file() and sha256_file(path) == VERL_SDIST_SHA256:
+            return path
+        log(f"downloading the verl {VERL_VERSION} source distribution from PyPI")
+        with tempfile.TemporaryDirectory(dir=out) as tmp:
+            proc = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--quiet", f"verl=={VERL_VERSION}",
+                 "--no-deps", "--no-binary", ":all:", "-d", tmp],
+                capture_output=True, text=True,
+            )
+            got = Path(tmp) / path.name
+            if proc.returncode != 0 or not got.is_file():
+                raise RuntimeError(f"pip download verl=={VERL_VERSION} failed: {proc.stderr}")
+            digest = sha256_file(got)
+            if digest != VERL_SDIST_SHA256:
+                raise RuntimeError(f"{got.name}: sha256 {digest}, expected {VERL_SDIST_SHA256}")
+            got.replace(path)
+    return path
+
+
+def _extract_sdist(sdist: Path, dest: Path) -> None:
+    """The sdist's tree without what packaging adds (PKG-INFO, egg-info, setup.cfg)."""
+    prefix = f"verl-{VERL_VERSION}/"
+    noise = {"PKG-INFO", "setup.cfg"}
+    with tarfile.open(sdist) as tar:
+        for member in tar.getmembers():
+            if not member.isfile():
+                continue
+            if not member.name.startswith(prefix):
+                raise RuntimeError(f"{sdist.name}: unexpected member {member.name}")
+            rel = member.name[len(prefix):]
+            parts = Path(rel).parts
+            if rel in noise or parts[0].endswith(".egg-info") or ".." in parts:
+                continue
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            source = tar.extractfile(member)
+            assert source is not None
+            target.write_bytes(source.read())
+            target.chmod(0o755 if member.mode & 0o100 else 0o644)
+
+
+_VERL_RECIPE_FILES = {
+    "recipe/dapo/config/dapo_megatron_trainer.yaml": _d("""
+        # STAND-IN made by a3rl's simulator for verl v0.6.0's
+        # recipe/dapo/config/dapo_megatron_trainer.yaml (the PyPI sdist has no recipe/):
+        # the same Hydra wiring and a few of its DAPO keys, not the whole file.
+        hydra:
+          searchpath:
+            - file://verl/trainer/config
+
+        defaults:
+          - ppo_megatron_trainer
+          - _self_
+
+        data:
+          gen_batch_size: ${data.train_batch_size}
+
+        reward_model:
+          reward_manager: dapo
+          overlong_buffer:
+            enable: False
+            len: 0
+            penalty_factor: 0.0
+            log: False
+
+        algorithm:
+          filter_groups:
+            _target_: verl.trainer.config.FilterGroupsConfig
+            enable: False
+            metric: null
+            max_num_gen_batches: 0
+
+        trainer:
+          project_name: verl-dapo
+        """),
+    "recipe/dapo/main_dapo.py": _d('''
+        # STAND-IN made by a3rl's simulator for verl v0.6.0's recipe/dapo/main_dapo.py
+        # (the PyPI sdist has no recipe/). The recipe copies it to verl/trainer/.
+        """Entry point of the DAPO trainer (stand-in: composes the config, trains nothing)."""
+
+        import hydra
+
+
+        @hydra.main(config_path="config", config_name="dapo_megatron_trainer", version_base=None)
+        def main(config):
+            from verl.trainer.dapo_ray_trainer import RayDAPOTrainer
+
+            RayDAPOTrainer(config).fit()
+
+
+        if __name__ == "__main__":
+            main()
+        '''),
+    "recipe/dapo/dapo_ray_trainer.py": _d('''
+        # STAND-IN made by a3rl's simulator for verl v0.6.0's recipe/dapo/dapo_ray_trainer.py
+        # (the PyPI sdist has no recipe/). The recipe copies it to verl/trainer/.
+        """DAPO trainer (stand-in: the real one filters groups and regenerates batches)."""
+
+
+        class RayDAPOTrainer:
+            def __init__(self, config):
+                self.config = config
+
+            def fit(self):
+                raise NotImplementedError("stand-in: no training in the simulator's verl tree")
+        '''),
+    "recipe/r1_ascend/__init__.py": _d("""
+        # STAND-IN made by a3rl's simulator for verl v0.6.0's recipe/r1_ascend/__init__.py
+        # (the PyPI sdist has no recipe/).
+        """),
+    "recipe/r1_ascend/README.md": _d("""
+        # r1_ascend (stand-in)
+
+        Stand-in made by a3rl's simulator for verl v0.6.0's `recipe/r1_ascend` (DeepSeek-R1
+        on Ascend), which the PyPI source distribution does not carry. The Qwen3 recipe
+        copies this folder into its working directory.
+        """),
+}
+
+
+def _build_verl(work: Path, bare: Path, sdist: Path) -> tuple[str, str]:
+    """Return (v0.6.0 commit, pr-3427 commit)."""
+    _init(work)
+    _extract_sdist(sdist, work)
+    _write(work, _VERL_RECIPE_FILES)
+    tagged = _commit(work, _d(f"""
+        verl {VERL_VERSION}, from the PyPI source distribution
+
+        A {NOTE}, for volcengine/verl at tag v{VERL_VERSION}: the tree of
+        verl-{VERL_VERSION}.tar.gz (sha256 {VERL_SDIST_SHA256}) without
+        PKG-INFO, setup.cfg and egg-info, plus small stand-ins for recipe/dapo and
+        recipe/r1_ascend, which the source distribution does not carry.
+        """))
+    _git(work, "tag", "-a", "-m", f"v{VERL_VERSION} ({NOTE})", f"v{VERL_VERSION}")
+    _git(work, "checkout", "-q", "-b", PICK_BRANCH)
+    _edit(work / "verl/models/mcore/config_converter.py",
+          '"masked_softmax_fusion": True,', '"masked_softmax_fusion": False,')
+    pick = _commit(work, _d(f"""
+        [megatron] fix: do not fuse the masked softmax
+
+        A {NOTE}, for upstream commit 448c6c3 (pull request 3427), which the
+        Qwen3 recipe cherry-picks onto v{VERL_VERSION} with `git cherry-pick -n -X theirs`.
+        It changes one line of a real verl file; the upstream change is not reproduced.
+        """))
+    _git(work, "update-ref", "refs/pull/3427/head", pick)
+    _git(work, "checkout", "-q", "main")
+    _publish(work, bare, "volcengine/verl")
+    return tagged, pick
+
+
+# --------------------------------------------------------------------- frameworks
+
+_MEGATRON_FILES = {
+    "README.md": _d(f"""
+        # Megatron-LM (stand-in)
+
+        Stand-in made by a3rl's simulator for NVIDIA/Megatron-LM at tag `core_v0.12.1`:
+        the folders the Qwen3 recipe copies (`megatron/core`), a few lines per file. {NOTE}.
+        """),
+    "pyproject.toml": _d("""
+        # STAND-IN made by a3rl's simulator for Megatron-LM core_v0.12.1's pyproject.toml.
+        [project]
+        name = "megatron-core"
+        version = "0.12.1"
+        """),
+    "megatron/core/__init__.py": _header("Megatron-LM core_v0.12.1", "package root") + _d("""
+        from megatron.core.package_info import __version__  # noqa: F401
+        """),
+    "megatron/core/package_info.py": _header("Megatron-LM core_v0.12.1", "version") + _d("""
+        MAJOR = 0
+        MINOR = 12
+        PATCH = 1
+        __version__ = f"{MAJOR}.{MINOR}.{PATCH}"
+        """),
+    "megatron/core/parallel_state.py": _header("Megatron-LM core_v0.12.1",
+                                               "model and data parallel groups") + _d('''
+        """Model and data parallel groups."""
+
+        _TENSOR_MODEL_PARALLEL_WORLD_SIZE = None
+        _PIPELINE_MODEL_PARALLEL_WORLD_SIZE = None
+
+
+        def get_tensor_model_parallel_world_size():
+            """Return world size for the tensor-model-parallel group."""
+            return _TENSOR_MODEL_PARALLEL_WORLD_SIZE or 1
+
+
+        def get_pipeline_model_parallel_world_size():
+            """Return world size for the pipeline-model-parallel group."""
+            return _PIPELINE_MODEL_PARALLEL_WORLD_SIZE or 1
+        '''),
+    "megatron/core/dist_checkpointing/__init__.py":
+        _header("Megatron-LM core_v0.12.1", "dist_checkpointing package"),
+    "megatron/core/dist_checkpointing/strategies/__init__.py":
+        _header("Megatron-LM core_v0.12.1", "checkpoint strategies"),
+    "megatron/core/dist_checkpointing/strategies/torch.py":
+        _header("Megatron-LM core_v0.12.1", "torch.distributed.checkpoint strategy") + _d('''
+        """Strategies using PyTorch distributed.checkpoint as an underlying format."""
+
+
+        def _unwrap_pyt_sharded_tensor(sh_ten):
+            """Unwrap tensors from a PyT ShardedTensor instance."""
+            return [local_shard.tensor for local_shard in sh_ten.local_shards()]
+
+
+        def mcore_to_pyt_state_dict(state_dict, is_loading=False):
+            """Convert a state dict with ShardedTensors to a PyTorch-compatible one."""
+            for key, sh_ten in list(state_dict.items()):
+                state_dict[key] = _unwrap_pyt_sharded_tensor(sh_ten)
+            return state_dict
+        '''),
+    "megatron/training/__init__.py": _header("Megatron-LM core_v0.12.1",
+                                             "training package (not copied by the recipe)"),
+}
+
+_MINDSPEED_FILES = {
+    "README.md": _d(f"""
+        # MindSpeed (stand-in)
+
+        Stand-in made by a3rl's simulator for Ascend/MindSpeed, which the Qwen3 recipe pins
+        by commit sha (no tag): the `mindspeed` package the recipe copies, a few lines per
+        file. {NOTE}.
+        """),
+    "setup.py": _header("MindSpeed", "setup.py") + _d("""
+        from setuptools import find_packages, setup
+
+        setup(name="mindspeed", version="0.12.1", packages=find_packages())
+        """),
+    "mindspeed/__init__.py": _header("MindSpeed", "package root"),
+    "mindspeed/megatron_adaptor.py": _header("MindSpeed", "patches Megatron for NPUs") + _d('''
+        """Imported for its side effect: adapts Megatron-LM to Ascend NPUs."""
+        '''),
+    "mindspeed/op_builder/__init__.py": _header("MindSpeed", "op builders") + _d("""
+        from mindspeed.op_builder.builder import MindSpeedOpBuilder  # noqa: F401
+        """),
+    "mindspeed/op_builder/builder.py": _header("MindSpeed", "JIT op builder") + _d("""
+        from abc import ABC
+
+
+        class MindSpeedOpBuilder(ABC):
+            def __init__(self, name):
+                self.name = name
+
+            def sources(self):
+                return []
+
+            def cxx_args(self):
+                args = ['-fstack-protector-all', '-Wl,-z,relro,-z,now,-z,noexecstack', '-fPIC',
+                        '-pie', '-s', '-fvisibility=hidden', '-D_FORTIFY_SOURCE=2', '-O2']
+                return args
+
+            def extra_ldflags(self):
+                return []
+        """),
+}
+
+_VLLM_FILES = {
+    "README.md": _d(f"""
+        # vLLM (stand-in)
+
+        Stand-in made by a3rl's simulator for vllm-project/vllm at tag `v0.14.1`: the
+        files of the `vllm` package that the Qwen3 recipe patches or extends, a few lines
+        each. {NOTE}.
+        """),
+    "pyproject.toml": _d("""
+        # STAND-IN made by a3rl's simulator for vllm v0.14.1's pyproject.toml.
+        [project]
+        name = "vllm"
+        version = "0.14.1"
+        """),
+    "vllm/__init__.py": _header("vllm v0.14.1", "package root") + _d("""
+        __version__ = "0.14.1"
+        """),
+    "vllm/entrypoints/__init__.py": _header("vllm v0.14.1", "entrypoints"),
+    "vllm/entrypoints/llm.py": _header("vllm v0.14.1", "the offline LLM engine loop") + _d('''
+        """The LLM class: only the engine loop, which the recipe patches."""
+
+        from collections.abc import Sequence
+
+
+        class LLM:
+            def __init__(self, llm_engine):
+                self.llm_engine = llm_engine
+
+            def _run_engine(self, *, use_tqdm: bool = True) -> Sequence:
+                outputs = []
+                while self.llm_engine.has_unfinished_requests():
+                    step_outputs = self.llm_engine.step()
+                    for output in step_outputs:
+                        if output.finished:
+                            outputs.append(output)
+                return outputs
+        '''),
+    "vllm/config/__init__.py": _header("vllm v0.14.1", "config package") + _d("""
+        from vllm.config.speculative import SpeculativeConfig  # noqa: F401
+        """),
+    "vllm/config/speculative.py": _header("vllm v0.14.1", "speculative decoding config") + _d('''
+        """Speculative decoding configuration."""
+
+        from dataclasses import dataclass
+        from typing import Literal
+
+        SpeculativeMethod = Literal["ngram", "eagle", "eagle3", "medusa", "mtp"]
+
+
+        @dataclass
+        class SpeculativeConfig:
+            method: SpeculativeMethod | None = None
+            num_speculative_tokens: int | None = None
+        '''),
+    "vllm/v1/__init__.py": _header("vllm v0.14.1", "v1 engine"),
+    "vllm/v1/spec_decode/__init__.py": _header("vllm v0.14.1", "v1 speculative decoding"),
+    "vllm/v1/spec_decode/eagle.py": _header("vllm v0.14.1", "EAGLE proposer") + _d("""
+        class EagleProposer:
+            def __init__(self, vllm_config, device):
+                self.vllm_config = vllm_config
+                self.device = device
+
+            def propose(self, target_token_ids):
+                raise NotImplementedError("stand-in")
+        """),
+    "vllm/v1/spec_decode/ngram_proposer.py": _header("vllm v0.14.1", "n-gram proposer") + _d("""
+        class NgramProposer:
+            def __init__(self, vllm_config):
+                self.vllm_config = vllm_config
+
+            def propose(self, sampled_token_ids):
+                return [[] for _ in sampled_token_ids]
+        """),
+}
+
+_CATLASS_FILES = {
+    "README.md": _d(f"""
+        # catlass (stand-in)
+
+        Stand-in made by a3rl's simulator for one of vllm-ascend's git submodules
+        (`csrc/third_party/catlass`, Ascend's templated operator library). {NOTE}.
+        """),
+    "include/catlass/catlass.hpp": _d("""
+        // STAND-IN made by a3rl's simulator for catlass (a vllm-ascend submodule).
+        #pragma once
+        #define CATLASS_VERSION "stand-in"
+        """),
+}
+
+_VLLM_ASCEND_FILES = {
+    "README.md": _d(f"""
+        # vLLM-Ascend (stand-in)
+
+        Stand-in made by a3rl's simulator for vllm-project/vllm-ascend at tag `v0.14.0`:
+        the `vllm_ascend` files the Qwen3 recipe patches, a few lines each, and a git
+        submodule at `csrc/third_party/catlass`. {NOTE}.
+        """),
+    ".gitmodules": _d("""
+        [submodule "csrc/third_party/catlass"]
+        \tpath = csrc/third_party/catlass
+        \turl = ../vllm_ascend_sub.git
+        """),
+    "setup.py": _header("vllm-ascend v0.14.0", "setup.py") + _d("""
+        from setuptools import find_packages, setup
+
+        setup(name="vllm_ascend", version="0.14.0", packages=find_packages())
+        """),
+    "csrc/CMakeLists.txt": _d("""
+        # STAND-IN made by a3rl's simulator for vllm-ascend v0.14.0's csrc/CMakeLists.txt.
+        add_subdirectory(third_party/catlass)
+        """),
+    "vllm_ascend/__init__.py": _header("vllm-ascend v0.14.0", "package root") + _d("""
+        def register():
+            return "vllm_ascend.platform.NPUPlatform"
+        """),
+    "vllm_ascend/spec_decode/__init__.py": _header("vllm-ascend v0.14.0", "proposers") + _d("""
+        def get_spec_decode_method(method, vllm_config, device, runner):
+            if method == "ngram":
+                from vllm_ascend.spec_decode.ngram_proposer import NgramProposer
+
+                return NgramProposer(vllm_config, device, runner)
+            raise ValueError(f"Unknown speculative decoding method: {method}")
+        """),
+    "vllm_ascend/spec_decode/ngram_proposer.py": _header("vllm-ascend v0.14.0",
+                                                         "n-gram proposer") + _d("""
+        class NgramProposer:
+            def __init__(self, vllm_config, device, runner):
+                self.vllm_config = vllm_config
+                self.device = device
+                self.runner = runner
+        """),
+    "vllm_ascend/worker/__init__.py": _header("vllm-ascend v0.14.0", "worker package"),
+    "vllm_ascend/worker/model_runner_v1.py": _header("vllm-ascend v0.14.0",
+                                                     "NPU model runner") + _d("""
+        class NPUModelRunner:
+            def __init__(self, vllm_config, device):
+                self.vllm_config = vllm_config
+                self.device = device
+                self.speculative_config = vllm_config.speculative_config
+                self.use_spec_decode = self.speculative_config is not None
+                self.drafter = None
+
+            def propose_draft_token_ids(self, valid_sampled_token_ids):
+                if not self.use_spec_decode:
+                    return None
+                return self.drafter.propose(valid_sampled_token_ids)
+        """),
+}
+
+CATLASS_PATH = "csrc/third_party/catlass"
+
+
+def _build_frameworks(scratch: Path, root: Path) -> dict[str, str]:
+    """megatron, mindspeed, vllm, vllm_ascend_sub, vllm_ascend: name -> pinned commit."""
+    commits: dict[str, str] = {}
+
+    work = _init(scratch / "megatron")
+    _write(work, _MEGATRON_FILES)
+    commits["megatron"] = _commit(work, f"Megatron-LM core_v0.12.1 ({NOTE})")
+    _git(work, "tag", "-a", "-m", f"core_v0.12.1 ({NOTE})", "core_v0.12.1")
+    _publish(work, root / "megatron.git", "NVIDIA/Megatron-LM")
+
+    # MindSpeed is pinned by sha; upstream moved on since, so master is one commit ahead.
+    work = _init(scratch / "mindspeed", branch="master")
+    _write(work, _MINDSPEED_FILES)
+    commits["mindspeed"] = _commit(work, f"MindSpeed at the commit the recipe pins ({NOTE})")
+    _write(work, {"mindspeed/ops/__init__.py": _header("MindSpeed", "work after the pin")})
+    _commit(work, f"Later MindSpeed work, past the recipe's pin ({NOTE})")
+    _publish(work, root / "mindspeed.git", "Ascend/MindSpeed", head="master")
+
+    work = _init(scratch / "vllm")
+    _write(work, _VLLM_FILES)
+    commits["vllm"] = _commit(work, f"vLLM v0.14.1 ({NOTE})")
+    _git(work, "tag", "-a", "-m", f"v0.14.1 ({NOTE})", "v0.14.1")
+    _publish(work, root / "vllm.git", "vllm-project/vllm")
+
+    work = _init(scratch / "vllm_ascend_sub")
+    _write(work, _CATLASS_FILES)
+    commits["vllm_ascend_sub"] = _commit(work, f"catlass, a vLLM-Ascend submodule ({NOTE})")
+    _publish(work, root / "vllm_ascend_sub.git", "catlass (vllm-ascend submodule)")
+
+    work = _init(scratch / "vllm_ascend")
+    _write(work, _VLLM_ASCEND_FILES)
+    _git(work, "add", "-A")
+    _git(work, "update-index", "--add", "--cacheinfo",
+         f"160000,{commits['vllm_ascend_sub']},{CATLASS_PATH}")
+    _git(work, "commit", "-q", "-m", f"vLLM-Ascend v0.14.0 with its catlass submodule ({NOTE})")
+    commits["vllm_ascend"] = _rev(work, "HEAD")
+    _git(work, "tag", "-a", "-m", f"v0.14.0 ({NOTE})", "v0.14.0")
+    _publish(work, root / "vllm_ascend.git", "vllm-project/vllm-ascend")
+    return commits
+
+
+# ------------------------------------------------------------------------- recipe
+
+REQUIREMENTS = "codetiming==1.4.0\ntabulate==0.9.0\n"
+
+# What the recipe's build_project.sh does (it hard-codes /workspace; the stand-in lets
+# FRAMEWORKS_DIR move it). Like the recipe's, it does not stop at a failed copy.
+BUILD_PROJECT_SH = _d("""
+    #!/bin/bash
+    # STAND-IN made by a3rl's simulator for the recipe's llm_rl/qwen3/build_project.sh:
+    # the same copies into the current directory, from the framework checkouts in
+    # ${FRAMEWORKS_DIR:-/workspace} (the recipe hard-codes /workspace).
+    SRC="${FRAMEWORKS_DIR:-/workspace}"
+    cp -r "$SRC/verl/verl" ./
+    cp -r "$SRC/verl/recipe/r1_ascend" ./
+    cp "$SRC/verl/scripts/converter_hf_to_mcore.py" ./
+    cp "$SRC"/verl/recipe/dapo/config/* ./verl/trainer/config/
+    cp "$SRC"/verl/recipe/dapo/*py ./verl/trainer/
+    mkdir "megatron"
+    cp -r "$SRC/Megatron-LM/megatron/core" ./megatron/core
+    cp -r "$SRC/MindSpeed/mindspeed" ./
+    cp -r "$SRC/vllm/vllm" ./
+    cp -r "$SRC/vllm-ascend/vllm_ascend" ./
+
+    ls -l
+    """)
+
+APPLY_ALL_PATCHES_SH = _d("""
+    #!/bin/bash
+    # STAND-IN made by a3rl's simulator for the recipe's llm_rl/qwen3/apply_all_patches.sh:
+    # every patches/**/*.patch in `sort -V` order with `git apply --ignore-whitespace`,
+    # stopping at the first failure; then the plain .py files kept beside the patches are
+    # copied to the same relative path (patches/vllm/v1/spec_decode/sam.py ->
+    # vllm/v1/spec_decode/sam.py). Run it in llm_rl/qwen3 of a recipe checkout: the
+    # patches' paths are relative to the top of the recipe repository.
+    set -o pipefail
+
+    echo "Applying patches in numerical order..."
+
+    find ./patches -type f -name "*.patch" | \\
+    sort -V | \\
+    while IFS= read -r PATCH_FILE; do
+        [[ -z "$PATCH_FILE" ]] && continue
+        PATCH_REL_PATH=$(realpath --relative-to=. "$PATCH_FILE")
+
+        echo -n "Applying $PATCH_REL_PATH ... "
+
+        git apply -v --ignore-whitespace "$@" "$PATCH_REL_PATH"
+
+        if [ $? -ne 0 ]; then
+            echo "[FAIL]: $PATCH_REL_PATH" >&2
+            exit 1
+        fi
+        echo "[SUCCESS]: $PATCH_REL_PATH"
+    done || exit 1
+
+    find ./patches -type f -name "*.py" | sort | while IFS= read -r PY_FILE; do
+        TARGET="${PY_FILE#./patches/}"
+        mkdir -p "$(dirname "$TARGET")"
+        cp "$PY_FILE" "$TARGET"
+        echo "Copied $PY_FILE -> $TARGET"
+    done
+    """)
+
+_RECIPE_FILES = {
+    "README.md": _d(f"""
+        # cann-recipes-train (stand-in)
+
+        Stand-in made by a3rl's simulator for hicann/cann-recipes-train: only
+        `llm_rl/qwen3`, with the recipe's scripts and a small patch series laid out like
+        the real one. {NOTE}.
+        """),
+    f"{RECIPE_SUBDIR}/README.md": _d(f"""
+        # Qwen3 RL recipe (stand-in)
+
+        Stand-in made by a3rl's simulator for hicann/cann-recipes-train `llm_rl/qwen3`.
+        It is used the same way as the real recipe, from this folder:
+
+            bash build_project.sh        # copy the framework trees in (FRAMEWORKS_DIR)
+            pip install -r requirements.txt
+            bash apply_all_patches.sh    # patches/ in `sort -V` order, then the .py files
+
+        The patches are small stand-ins made with `git format-patch`; their paths are
+        relative to the top of this repository (`a/llm_rl/qwen3/...`), like the real
+        recipe's. {NOTE}.
+        """),
+    f"{RECIPE_SUBDIR}/requirements.txt": REQUIREMENTS,
+    f"{RECIPE_SUBDIR}/build_project.sh": BUILD_PROJECT_SH,
+    f"{RECIPE_SUBDIR}/apply_all_patches.sh": APPLY_ALL_PATCHES_SH,
+    f"{RECIPE_SUBDIR}/patches/vllm/v1/spec_decode/sam.py": _d('''
+        # STAND-IN made by a3rl's simulator for the recipe's patches/vllm/v1/spec_decode/sam.py
+        # (the SAM speculative-decoding proposer for vLLM), copied to vllm/v1/spec_decode/.
+        """Suffix-automaton (SAM) drafts: propose the continuation seen after the suffix."""
+
+
+        class SAMProposer:
+            def __init__(self, vllm_config):
+                self.vllm_config = vllm_config
+
+            def propose(self, sampled_token_ids):
+                return [[] for _ in sampled_token_ids]
+        '''),
+    f"{RECIPE_SUBDIR}/patches/vllm_ascend/spec_decode/sam_proposer.py": _d('''
+        # STAND-IN made by a3rl's simulator for the recipe's
+        # patches/vllm_ascend/spec_decode/sam_proposer.py, copied to vllm_ascend/spec_decode/.
+        """vLLM-Ascend's entry to the SAM proposer."""
+
+        from vllm.v1.spec_decode.sam import SAMProposer as _SAMProposer
+
+
+        class SAMProposer(_SAMProposer):
+            def __init__(self, vllm_config, device, runner):
+                super().__init__(vllm_config)
+                self.device = device
+                self.runner = runner
+        '''),
+}
+
+ACTOR_YAML = "verl/trainer/config/actor/actor.yaml"
+ACTOR_PY = "verl/workers/config/actor.py"
+
+
+@dataclass(frozen=True)
+class _Patch:
+    path: str                         # under llm_rl/qwen3/patches/
+    subject: str
+    body: str
+    edit: Callable[[Path], None]      # applied to the working directory
+
+
+def _patch_converter(wd: Path) -> None:
+    _edit(wd / "converter_hf_to_mcore.py",
+          "    tfconfig.use_cpu_initialization = use_cpu_initialization\n",
+          "    tfconfig.use_cpu_initialization = use_cpu_initialization\n"
+          '    if os.getenv("USE_ALLTOALL_OVERLAP", "0") == "1":\n'
+          "        tfconfig.moe_grouped_gemm = True\n")
+
+
+def _patch_megatron(wd: Path) -> None:
+    _edit(wd / "megatron/core/dist_checkpointing/strategies/torch.py",
+          "    for key, sh_ten in list(state_dict.items()):\n",
+          "    for key, sh_ten in list(state_dict.items()):\n"
+          "        if sh_ten is None:\n"
+          "            continue\n")
+
+
+def _patch_mindspeed(wd: Path) -> None:
+    _edit(wd / "mindspeed/op_builder/builder.py",
+          "'-D_FORTIFY_SOURCE=2', '-O2']",
+          "'-D_FORTIFY_SOURCE=2', '-O2',\n                '-include cstring']")
+
+
+def _actor_key(after_yaml: str, after_py: str, comment: str, key: str, default: str):
+    """An edit that adds ``key`` to verl's actor config (YAML) and its dataclass."""
+    def edit(wd: Path) -> None:
+        _edit(wd / ACTOR_YAML, after_yaml, f"{after_yaml}\n# {comment}\n{key}: {default}\n")
+        _edit(wd / ACTOR_PY, after_py, f"{after_py}    {key}: bool = {default}\n")
+    return edit
+
+
+_patch_verl_recompute = _actor_key(
+    "# Shuffle training data across PPO epochs\nshuffle: false\n",
+    "    model_config: HFModelConfig = field(default_factory=BaseConfig)\n",
+    "Recompute old_log_prob (False: reuse log_prob.detach(), needs ppo_epochs=1)",
+    "recompute_old_log_prob", "True")
+_patch_verl_offload = _actor_key(
+    "recompute_old_log_prob: True\n", "    recompute_old_log_prob: bool = True\n",
+    "Onload/offload the rollout model and KV cache by hand on NPUs",
+    "manual_onload_offload", "False")
+_patch_verl_rollout_log_probs = _actor_key(
+    "manual_onload_offload: False\n", "    manual_onload_offload: bool = False\n",
+    "Use the rollout's log-probs as old log-probs",
+    "use_rollout_log_probs", "False")
+
+
+def _patch_vllm_gc(wd: Path) -> None:
+    llm = wd / "vllm/entrypoints/llm.py"
+    _edit(llm, "from collections.abc import Sequence\n",
+          "import gc\nfrom collections.abc import Sequence\n")
+    _edit(llm, "            step_outputs = self.llm_engine.step()\n",
+          "            original_threshold = gc.get_threshold()\n"
+          "            gc.set_threshold(0)\n"
+          "            step_outputs = self.llm_engine.step()\n"
+          "            gc.set_threshold(*original_threshold)\n")
+
+
+_RUNNER = "vllm_ascend/worker/model_runner_v1.py"
+
+
+def _patch_vllm_ascend_threshold(wd: Path) -> None:
+    runner = wd / _RUNNER
+    _edit(runner, "class NPUModelRunner:\n", "import os\n\n\nclass NPUModelRunner:\n")
+    _edit(runner, "            return None\n",
+          "            return None\n"
+          '        threshold = int(os.getenv("VLLM_SPECULATIVE_BATCH_SIZE_THRE", "0"))\n'
+          "        if threshold and len(valid_sampled_token_ids) > threshold:\n"
+          "            return None\n")
+
+
+def _patch_vllm_ascend_conflict(wd: Path) -> None:
+    # Made against the tree without vllm_ascend/0001, touching the lines it changes.
+    _edit(wd / _RUNNER,
+          "        if not self.use_spec_decode:\n            return None\n"
+          "        return self.drafter.propose(valid_sampled_token_ids)\n",
+          "        if not self.use_spec_decode or self.drafter is None:\n            return []\n"
+          "        return self.drafter.propose(valid_sampled_token_ids)\n")
+
+
+def _patch_project_device(wd: Path) -> None:
+    _edit(wd / "verl/utils/device.py",
+          'return "CUDA_VISIBLE_DEVICES" if is_cuda_available else "ASCEND_RT_VISIBLE_DEVICES"',
+          'return "ASCEND_RT_VISIBLE_DEVICES" if is_npu_available else "CUDA_VISIBLE_DEVICES"')
+
+
+def _body(what: str) -> str:
+    return f"{what}\n\nA {NOTE}: a small change in the spirit of the real patch."
+
+
+CLEAN_SERIES = (
+    _Patch("0001-feature-model-converter.patch", "Modify model converter",
+           _body("Grouped GEMM for the MoE experts when USE_ALLTOALL_OVERLAP=1."),
+           _patch_converter),
+    _Patch("megatron/0001-megatron-bugfix-state_ten-verification.patch",
+           "Update megatron: skip empty state tensors",
+           _body("Check for empty (None) state tensors when converting optimizer state."),
+           _patch_megatron),
+    _Patch("mindspeed/0001-mindspeed-bugfix-builder.patch", "Update mindspeed: builder",
+           _body("Include <cstring> explicitly: the header is missing with openEuler 24.03's "
+                 "compiler."),
+           _patch_mindspeed),
+    _Patch("verl/0001-verl-feature-recompute_old_log_prob.patch",
+           "Update verl: recompute_old_log_prob config",
+           _body("Add the actor configuration key recompute_old_log_prob (default True)."),
+           _patch_verl_recompute),
+    _Patch("verl/0002-verl-feature-onload_offload.patch", "Update verl: manual onload/offload",
+           _body("Add the actor configuration key manual_onload_offload (default False)."),
+           _patch_verl_offload),
+    _Patch("vllm/0001-vllm-feature-disable_gc.patch",
+           "Update vllm: disable gc during the decode step",
+           _body("Disable garbage collection around each engine step; restore it after."),
+           _patch_vllm_gc),
+    _Patch("vllm_ascend/0001-vllm_ascend-feature-bs_threshold_for_spec_decode.patch",
+           "Update vllm_ascend: batch-size threshold for speculative decoding",
+           _body("Skip drafting above VLLM_SPECULATIVE_BATCH_SIZE_THRE running sequences."),
+           _patch_vllm_ascend_threshold),
+)
+EXTRA_PATCH = _Patch(
+    "verl/0003-verl-feature-use_rollout_log_probs.patch",
+    "Update verl: use the rollout's log-probs",
+    _body("Add the actor configuration key use_rollout_log_probs (default False)."),
+    _patch_verl_rollout_log_probs)
+CONFLICT_PATCH = _Patch(
+    "vllm_ascend/0002-vllm_ascend-bugfix-disabled_fia.patch",
+    "Update vllm_ascend: no drafts without a drafter",
+    _body("Return no drafts when the drafter is missing.\n\nMade against the unpatched "
+          "runner: its context no longer matches\nonce vllm_ascend/0001 is applied."),
+    _patch_vllm_ascend_conflict)
+PROJECT_PATCH = _Patch(
+    "0001-verl-bugfix-visible_devices_keyword.patch",
+    "verl: prefer ASCEND_RT_VISIBLE_DEVICES when NPUs are present",
+    f"a3rl's own extra patch, applied after the recipe's series.\n\nA {NOTE}.",
+    _patch_project_device)
+
+
+def _checkout(url: str, dest: Path, ref: str) -> None:
+    _git(dest.parent, "clone", "-q", "--no-checkout", url, dest.name)
+    _git(dest, "checkout", "-q", ref)
+
+
+def _frameworks_workspace(up_root: Path, refs: dict[str, str], pick: str, dest: Path) -> None:
+    """Checkouts of the pinned refs, named as the recipe's /workspace names them."""
+    dest.mkdir()
+    for name, folder in (("verl", "verl"), ("megatron", "Megatron-LM"),
+                         ("mindspeed", "MindSpeed"), ("vllm", "vllm"),
+                         ("vllm_ascend", "vllm-ascend")):
+        _checkout(str(up_root / f"{name}.git"), dest / folder, refs[name])
+    _git(dest / "verl", "cherry-pick", "-n", "-X", "theirs", pick)
+
+
+def _format_patch(ws: Path, patch: _Patch, out: Path, relative: bool = False) -> None:
+    """``relative``: paths relative to the working directory (the project's own patches,
+    made with ``git diff`` in the working directory) instead of the recipe repository."""
+    patch.edit(ws / RECIPE_SUBDIR)
+    _git(ws, "add", "-A")
+    _git(ws, "commit", "-q", "-m", f"{patch.subject}\n\n{patch.body}")
+    rel = [f"--relative={RECIPE_SUBDIR}"] if relative else []
+    text = _git(ws, "format-patch", "-1", "--stdout", "--no-signature", *rel, "HEAD")
+    target = out / patch.path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+
+
+def _build_recipe(scratch: Path, up_root: Path, refs: dict[str, str], pick: str,
+                  project_out: Path) -> dict[str, str]:
+    """The recipe repository; the project's extra patches go to ``project_out``."""
+    workspace = scratch / "workspace"
+    _frameworks_workspace(up_root, refs, pick, workspace)
+
+    # The workshop holds the layout at llm_rl/qwen3, so the patches get the recipe's paths.
+    ws = _init(scratch / "workshop")
+    wd = ws / RECIPE_SUBDIR
+    wd.mkdir(parents=True)
+    script = scratch / "build_project.sh"
+    script.write_text(BUILD_PROJECT_SH)
+    subprocess.run(["bash", str(script)], cwd=wd, check=True, capture_output=True,
+                   env={**_env(), "FRAMEWORKS_DIR": str(workspace)})
+    _commit(ws, "the recipe's working directory after build_project.sh")
+
+    patches = scratch / "patches"
+    extra = scratch / "patches-extra"
+    conflict = scratch / "patches-conflict"
+    for p in CLEAN_SERIES:
+        if p.path.startswith("vllm/"):
+            _git(ws, "branch", "extra-base")
+        if p.path.startswith("vllm_ascend/"):
+            _git(ws, "branch", "conflict-base")
+        _format_patch(ws, p, patches)
+    _git(ws, "checkout", "-q", "-b", "extra", "extra-base")
+    _format_patch(ws, EXTRA_PATCH, extra)
+    _format_patch(ws, PROJECT_PATCH, project_out, relative=True)
+    _git(ws, "checkout", "-q", "-b", "conflict", "conflict-base")
+    _format_patch(ws, CONFLICT_PATCH, conflict)
+
+    work = _init(scratch / "recipe")
+    _write(work, _RECIPE_FILES, executable=(f"{RECIPE_SUBDIR}/build_project.sh",
+                                            f"{RECIPE_SUBDIR}/apply_all_patches.sh"))
+    series = work / RECIPE_SUBDIR / "patches"
+    shutil.copytree(patches, series, dirs_exist_ok=True)
+    commits = {"clean": _commit(work, f"Qwen3 RL recipe with its patch series ({NOTE})")}
+    shutil.copytree(extra, series, dirs_exist_ok=True)
+    commits["extra"] = _commit(work, f"Add {EXTRA_PATCH.path} ({NOTE})")
+    _git(work, "checkout", "-q", "-b", "conflict", commits["clean"])
+    shutil.copytree(conflict, series, dirs_exist_ok=True)
+    commits["conflict"] = _commit(work, f"Add {CONFLICT_PATCH.path} ({NOTE})")
+    _git(work, "checkout", "-q", "main")
+    _publish(work, up_root / "recipe.git", "hicann/cann-recipes-train")
+    return commits
+
+
+# -------------------------------------------------------------------------- build
+
+
+def _build_into(out: Path, sdist: Path, log: Log = print) -> dict:
+    """Build every repository under ``out/repos`` and return the record of pins."""
+    root = out / "repos"
+    root.mkdir(parents=True)
+    (out / "project-patches").mkdir()
+    with tempfile.TemporaryDirectory(prefix="a3rl-upstreams-") as tmp:
+        scratch = Path(tmp)
+        log("building the stand-in upstream repositories (verl from its sdist)")
+        verl, pick = _build_verl(scratch / "verl", root / "verl.git", sdist)
+        commits = {"verl": verl, **_build_frameworks(scratch, root)}
+        refs = {"verl": f"v{VERL_VERSION}", "megatron": "core_v0.12.1",
+                "mindspeed": commits["mindspeed"], "vllm": "v0.14.1", "vllm_ascend": "v0.14.0"}
+        recipe = _build_recipe(scratch, root, refs, pick, out / "project-patches")
+    refs["recipe"] = commits["recipe"] = recipe["clean"]
+    return {"refs": refs, "commits": commits, "verl_pick": pick, "recipe_commits": recipe}
+
+
+def digest() -> str:
+    """Content address of a build: this module's source and the verl sdist's sha256."""
+    h = hashlib.sha256(Path(__file__).read_bytes())
+    h.update(f"\nverl-sdist={VERL_SDIST_SHA256}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def _load(folder: Path) -> Upstreams:
+    data = json.loads((folder / "upstreams.json").read_text())
+    return Upstreams(root=folder / "repos", refs=data["refs"], commits=data["commits"],
+                     verl_pick=data["verl_pick"], recipe_commits=data["recipe_commits"])
+
+
+def build(log: Log = print) -> Upstreams:
+    """Build (once per content) and return the stand-in upstream repositories."""
+    base = cache_dir() / "sim-upstreams"
+    base.mkdir(parents=True, exist_ok=True)
+    tag = digest()
+    final = base / tag
+    with open(base / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / "upstreams.json").is_file():
+            log(f"stand-in upstream repositories {tag} exist (content-addressed): reused")
+            return _load(final)
+        sdist = verl_sdist(log)
+        with tempfile.TemporaryDirectory(dir=base, prefix=f".{tag}-") as tmp:
+            out = Path(tmp) / "out"
+            record = _build_into(out, sdist, log)
+            (out / "upstreams.json").write_text(json.dumps(record, indent=1) + "\n")
+            shutil.rmtree(final, ignore_errors=True)
+            out.rename(final)
+        log(f"stand-in upstream repositories built: {final / 'repos'}")
+        return _load(final)
+
+
+def extra_patches(dest: Path) -> list[Path]:
+    """Write the project's own extra patch stand-ins into ``dest``; return their paths.
+
+    They apply after the recipe's clean series and after its ``extra`` series. Their
+    paths are relative to the working directory (``a/verl/...``), as ``git diff`` in the
+    working directory writes them; the recipe's own are relative to its repository.
+    """
+    src = build(log=lambda _msg: None).root.parent
+    dest.mkdir(parents=True, exist_ok=True)
+    written = []
+    for patch in sorted((src / "project-patches").glob("*.patch")):
+        shutil.copy(patch, dest / patch.name)
+        written.append(dest / patch.name)
+    return written
+
+
+def manifest_overrides(up: Upstreams, base_url: str | None = None) -> dict:
+    """What an inventory sets to point the artifact manifest at these repositories.
+
+    The URL is the bare repository's path, or ``{base_url}/{name}.git`` when the
+    repositories are served (see ``serve``).
+    """
+    def url(name: str) -> str:
+        return f"{base_url.rstrip('/')}/{name}.git" if base_url else up.url(name)
+
+    return {
+        "verl": {"url": url("verl"), "ref": up.refs["verl"],
+                 "cherry_picks": [{"commit": up.verl_pick,
+                                   "fetch": f"refs/heads/{PICK_BRANCH}"}]},
+        "megatron": {"url": url("megatron"), "ref": up.refs["megatron"]},
+        "mindspeed": {"url": url("mindspeed"), "ref": up.refs["mindspeed"]},
+        "vllm": {"url": url("vllm"), "ref": up.refs["vllm"]},
+        "vllm_ascend": {"url": url("vllm_ascend"), "ref": up.refs["vllm_ascend"],
+                        "submodules": True},
+        "recipe": {"url": url("recipe"), "ref": up.refs["recipe"],
+                   "subdir": up.recipe_subdir},
+    }
+
+
+# -------------------------------------------------------------------------- serve
+
+
+@dataclass
+class Served:
+    """A running dumb-http git server; ``requests`` lists every path asked for."""
+
+    base_url: str
+    requests: list[str] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def record(self, path: str) -> None:
+        with self._lock:
+            self.requests.append(path)
+
+    def snapshot(self) -> list[str]:
+        with self._lock:
+            return list(self.requests)
+
+
+@contextmanager
+def serve(root: Path) -> Iterator[Served]:
+    """Serve ``root`` read-only over http on 127.0.0.1 (git's "dumb" protocol).
+
+    Needs ``git update-server-info`` in every repository, which ``build`` runs.
+    """
+    served = Served(base_url="")
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(root), **kwargs)
+
+        def send_head(self):
+            served.record(self.path)
+            return super().send_head()
+
+        def log_message(self, format, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    served.base_url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, name="a3rl-git-http", daemon=True)
+    thread.start()
+    try:
+        yield served
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
