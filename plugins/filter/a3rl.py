@@ -56,5 +56,6 @@ class FilterModule:
             "a3rl_artifact_file": _clear_errors(manifest.artifact_file),
             "a3rl_git_checkout_spec": _clear_errors(manifest.git_checkout_spec),
             "a3rl_bundle_spec": manifest.bundle_spec,
+            "a3rl_patch_strip": manifest.patch_strip,
             "a3rl_checksum_lines": manifest.checksum_lines,
         }

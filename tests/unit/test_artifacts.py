@@ -147,10 +147,14 @@ def test_rerun_uses_no_network_and_changes_nothing(tmp_path, upstream):
     store = str(tmp_path / "store")
     artifacts.ensure(store, "fw", git_spec(upstream))
     before = (Path(store) / "manifest.json").read_bytes()
-    # An unreachable URL would fail any fetch; the spec digest differs, so keep the URL
-    # and check instead that a second run neither fetches nor rewrites the bundle.
     mtime = (Path(store) / "git/fw.bundle").stat().st_mtime_ns
-    r = artifacts.ensure(store, "fw", git_spec(upstream))
+    # The upstream is unreachable now: any fetch would fail.
+    url = Path(upstream["url"])
+    url.rename(url.with_suffix(".away"))
+    try:
+        r = artifacts.ensure(store, "fw", git_spec(upstream))
+    finally:
+        url.with_suffix(".away").rename(url)
     assert not r["changed"] and r["action"] == "present"
     assert (Path(store) / "git/fw.bundle").stat().st_mtime_ns == mtime
     assert (Path(store) / "manifest.json").read_bytes() == before
@@ -225,6 +229,13 @@ def test_submodule_url_resolution():
 )
 def test_manifest_entry_problems(spec, needle):
     assert any(needle in p for p in artifacts.validate("x", spec))
+
+
+@pytest.mark.parametrize(
+    "subdir, strip", [("llm_rl/qwen3", 3), ("/llm_rl/qwen3/", 3), ("", 1), (None, 1)]
+)
+def test_recipe_patches_strip_the_recipe_folder(subdir, strip):
+    assert manifest.patch_strip({"subdir": subdir}) == strip
 
 
 def test_wheelhouse_needs_its_requirements_source_in_the_same_run():

@@ -77,6 +77,12 @@ def git_checkout_spec(record: dict[str, Any], name: str, node_dir: str) -> dict[
     }
 
 
+def patch_strip(recipe: dict[str, Any]) -> int:
+    """git apply's ``-p`` for the recipe's patches: they name paths from the top of the
+    recipe repository (``a/llm_rl/qwen3/verl/...``), one more than the subdir's depth."""
+    return 1 + len([part for part in str(recipe.get("subdir") or "").split("/") if part])
+
+
 def bundle_spec(spec: dict[str, Any], store: str, bundle: str) -> dict[str, Any]:
     """A manifest entry as the bundle play fetches it: a provided file without ``path``
     comes from the controller's store (where the site put it)."""

@@ -19,6 +19,7 @@ Runs on the nodes as Ansible module_utils: standard library only, Python 3.8+.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import os
 import posixpath
 import shutil
@@ -68,8 +69,7 @@ def _git(
 
 
 def _sha256(path: str) -> str:
-    import hashlib
-
+    # Not a3rl.files.sha256_file: module_utils carried to a node must stand alone.
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
