@@ -12,6 +12,7 @@ description:
     file, a ModelScope snapshot or a wheelhouse) and records it, with the sha256 and size
     of each file, in the store's C(manifest.json) only after its checksum passed.
   - Unchanged entry and intact files - nothing is fetched and no network is used.
+  - An entry with a declared C(size) is fetched only when the store's disk has room for it.
   - With I(offline), nothing is ever fetched - a missing or damaged artifact is an error
     (an air-gapped site's bundle).
   - Supports check mode (reports what would be fetched, fetches nothing).
@@ -36,6 +37,13 @@ options:
     description: Fetch again even when the store holds the artifact.
     type: bool
     default: false
+  token:
+    description: A hub token (ModelScope), passed to the hub client only; never logged.
+    type: str
+  host:
+    description: The fetch host's inventory name, for the messages.
+    type: str
+    default: ""
 """
 
 EXAMPLES = r"""
@@ -78,6 +86,8 @@ def main():
             "spec": {"type": "dict", "required": True},
             "offline": {"type": "bool", "default": False},
             "refresh": {"type": "bool", "default": False},
+            "token": {"type": "str", "no_log": True},
+            "host": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -85,7 +95,8 @@ def main():
     p = module.params
     try:
         result = ensure(p["store"], p["name"], p["spec"], offline=p["offline"],
-                        check=module.check_mode, refresh=p["refresh"], log=lines.append)
+                        check=module.check_mode, refresh=p["refresh"], log=lines.append,
+                        token=p["token"] or None, host=p["host"])
     except ArtifactError as e:
         module.fail_json(msg=str(e), log=lines)
     module.exit_json(log=lines, **result)

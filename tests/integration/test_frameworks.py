@@ -243,7 +243,8 @@ def test_bundle_round_trip_reaches_no_network(staged, tmp_path):
             "python/recipe_wheels.tar",
             "images/",
             "Atlas-A3-hdk-npu-driver",
-            "standins/deepscaler.standin.json",
+            "raw/deepscaler/deepscaler.json",
+            "models/Qwen3-32B/config.json",
         ):
             assert needed in sums, needed
         offline = tmp_path / "offline"

@@ -347,6 +347,39 @@ def test_provided_file_is_copied_and_checked(tmp_path):
         artifacts.ensure(str(tmp_path / "s3"), "drv", {**good, "sha256": "1" * 64})
 
 
+def test_provided_folder_is_copied_with_only_the_allowed_files(tmp_path):
+    src = tmp_path / "Qwen3-32B"
+    (src / "sub").mkdir(parents=True)
+    for name in ("config.json", "tokenizer.json", "model-1.safetensors", "sub/x.json"):
+        (src / name).write_text(name)
+    (src / ".msc").write_text("hub client bookkeeping")
+    store = tmp_path / "store"
+    full = {"kind": "file", "dest": "models/m", "path": str(src)}
+    got = artifacts.ensure(str(store), "m", full)["entry"]["files"]
+    assert [f["path"] for f in got] == [
+        "models/m/config.json", "models/m/model-1.safetensors", "models/m/sub/x.json",
+        "models/m/tokenizer.json"]
+    assert not artifacts.ensure(str(store), "m", full)["changed"]
+    config = {**full, "dest": "models/c", "allow_patterns": ["config.json", "tokenizer.json"]}
+    got = artifacts.ensure(str(store), "c", config)["entry"]["files"]
+    assert [f["path"] for f in got] == ["models/c/config.json", "models/c/tokenizer.json"]
+    assert not (store / "models/c/model-1.safetensors").exists()
+
+
+def test_declared_size_beyond_the_free_disk_is_refused_before_fetching(tmp_path):
+    src = tmp_path / "w"
+    src.mkdir()
+    (src / "config.json").write_text("{}")
+    store = tmp_path / "store"
+    spec = {"kind": "file", "dest": "models/w", "path": str(src), "size": 10**16}
+    with pytest.raises(artifacts.ArtifactError, match="needs 10000000.0 GB more.*Nothing was"):
+        artifacts.ensure(str(store), "w", spec, host="stager1")
+    with pytest.raises(artifacts.ArtifactError, match="on stager1"):
+        artifacts.ensure(str(store), "w", spec, host="stager1", check=True)
+    assert not (store / "models").exists()
+    assert artifacts.ensure(str(store), "w", {**spec, "size": 2})["changed"]
+
+
 # --------------------------------------------------------------------- node copies
 
 
@@ -377,6 +410,37 @@ def test_node_copies_partial_damaged_and_verified(tmp_path):
     (root / "git/b.bundle").write_bytes(b"d")
     r = stage.check_files(str(root), files)
     assert r["removed"] == ["git/b.bundle"] and r["needed"] == ["git/b.bundle"]
+
+
+def test_node_stamps_in_their_own_tree_and_readers_change_nothing(tmp_path):
+    root, stamps = tmp_path / "data", tmp_path / "data/.a3rl/stamps"
+    (root / "models/m").mkdir(parents=True)
+    (root / "models/m/config.json").write_bytes(b"{}")
+    files = [{"path": "models/m/config.json", "sha256": hashlib.sha256(b"{}").hexdigest(),
+              "size": 2}]
+    # A reader (shared storage) sees no stamp yet: it neither hashes nor stamps.
+    r = stage.check_files(str(root), files, stamp_root=str(stamps), reader=True)
+    assert r["needed"] == ["models/m/config.json"] and not stamps.exists()
+    with pytest.raises(stage.StageError, match="node2: .*mount the shared storage"):
+        stage.check_files(str(root), files, stamp_root=str(stamps), reader=True,
+                          require=True, host="node2")
+    r = stage.check_files(str(root), files, stamp_root=str(stamps))
+    assert r["stamped"] == ["models/m/config.json"]
+    assert os.listdir(root / "models/m") == ["config.json"]
+    assert (stamps / "models/m/config.json.sha256").is_file()
+    r = stage.check_files(str(root), files, stamp_root=str(stamps), reader=True, require=True)
+    assert r["verified"] == ["models/m/config.json"]
+
+
+def test_node_without_room_for_the_copies_is_refused_before_any_change(tmp_path):
+    root = tmp_path / "node"
+    root.mkdir()
+    (root / "damaged").write_bytes(b"zz")
+    files = [{"path": "damaged", "sha256": hashlib.sha256(b"ok").hexdigest(), "size": 2},
+             {"path": "huge", "sha256": "0" * 64, "size": 10**16}]
+    with pytest.raises(stage.StageError, match="node1: .* free; the copies still to arrive"):
+        stage.check_files(str(root), files, host="node1")
+    assert (root / "damaged").read_bytes() == b"zz"
 
 
 # ------------------------------------------------------------------ source + workdir

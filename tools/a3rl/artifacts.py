@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import fnmatch
 import hashlib
 import json
 import os
@@ -409,11 +410,57 @@ def download(
 # ------------------------------------------------------------------------- other kinds
 
 
+def _copy_tree(
+    src: str, dest: str, log: Callable[[str], None], patterns: list[str] | None = None
+) -> None:
+    """Copy a folder file by file (only files ``patterns`` match, when given); a file
+    already there with its size and mtime is kept."""
+    for root, dirs, names in os.walk(src):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for n in sorted(names):
+            if n.startswith("."):
+                continue
+            s = os.path.join(root, n)
+            rel = os.path.relpath(s, src)
+            if patterns and not any(fnmatch.fnmatch(rel, p) for p in patterns):
+                continue
+            d = os.path.join(dest, rel)
+            st = os.stat(s)
+            if os.path.isfile(d):
+                dt = os.stat(d)
+                if dt.st_size == st.st_size and dt.st_mtime_ns == st.st_mtime_ns:
+                    continue
+            os.makedirs(os.path.dirname(d), exist_ok=True)
+            log(f"copying {s}")
+            shutil.copyfile(s, d + ".part")
+            os.utime(d + ".part", ns=(st.st_atime_ns, st.st_mtime_ns))
+            os.replace(d + ".part", d)
+
+
+def _tree_records(store: str, dest: str, patterns: list[str] | None = None) -> list[dict]:
+    """File records of a folder artifact (hidden files, a hub client's bookkeeping, left
+    out; with ``patterns``, only the files they match)."""
+    files = []
+    top = os.path.join(store, dest)
+    for root, dirs, names in os.walk(top):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for n in sorted(names):
+            # .incomplete: a partial download of ModelScope's client, which it resumes.
+            if n.startswith(".") or n.endswith((".part", ".incomplete")):
+                continue
+            rel = os.path.relpath(os.path.join(root, n), top)
+            if patterns and not any(fnmatch.fnmatch(rel, p) for p in patterns):
+                continue
+            files.append(file_record(store, os.path.join(dest, rel)))
+    return sorted(files, key=lambda f: f["path"])
+
+
 def fetch_file(
     store: str, name: str, spec: dict[str, Any], log: Callable[[str], None]
 ) -> dict[str, Any]:
-    """A file the site provides (vendor packages, image archives): copied from ``path``
-    into the store, or expected at ``dest`` already; checked against ``sha256``."""
+    """A file or folder the site provides (vendor packages, image archives, a dataset or
+    model already on the controller): copied from ``path`` into the store, or expected at
+    ``dest`` already; a single file is checked against ``sha256``."""
     dest = os.path.join(store, spec["dest"])
     src = spec.get("path")
     if src and os.path.abspath(src) != os.path.abspath(dest):
@@ -422,10 +469,18 @@ def fetch_file(
                 f"artifact {name}: {src} does not exist. Fix: put the file there "
                 "or correct `path` in the manifest."
             )
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        log(f"{name}: copying {src}")
-        shutil.copyfile(src, dest + ".part")
-        os.replace(dest + ".part", dest)
+        if os.path.isdir(src):
+            _copy_tree(src, dest, log, spec.get("allow_patterns"))
+        else:
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            log(f"{name}: copying {src}")
+            shutil.copyfile(src, dest + ".part")
+            os.replace(dest + ".part", dest)
+    if os.path.isdir(dest):
+        files = _tree_records(store, spec["dest"], spec.get("allow_patterns"))
+        if not files:
+            raise ArtifactError(f"artifact {name}: the folder {dest} holds no files.")
+        return {"files": files}
     if not os.path.exists(dest):
         raise ArtifactError(
             f"artifact {name}: {dest} does not exist. It cannot be downloaded by "
@@ -449,9 +504,18 @@ def fetch_http(
 
 
 def fetch_modelscope(
-    store: str, name: str, spec: dict[str, Any], log: Callable[[str], None]
+    store: str,
+    name: str,
+    spec: dict[str, Any],
+    log: Callable[[str], None],
+    token: str | None = None,
 ) -> dict[str, Any]:
-    """A model or dataset snapshot from the ModelScope hub (resumable by the hub client)."""
+    """A model or dataset snapshot from the ModelScope hub, with ModelScope's own client.
+
+    The client resumes partial files and checks each file's sha256 against the hub's
+    listing. It re-hashes every file when called again, so it is called only when the
+    store's record says the snapshot is not complete (``ensure``).
+    """
     try:
         from modelscope import snapshot_download  # type: ignore
     except ImportError:
@@ -461,21 +525,29 @@ def fetch_modelscope(
             "another host and use a bundle."
         ) from None
     dest = os.path.join(store, spec["dest"])
-    log(f"{name}: downloading {spec['id']} from ModelScope")
-    kwargs = {"local_dir": dest}
-    if spec.get("allow_patterns"):
-        kwargs["allow_patterns"] = list(spec["allow_patterns"])
-    if spec.get("revision"):
-        kwargs["revision"] = spec["revision"]
-    if spec.get("repo_type"):
-        kwargs["repo_type"] = spec["repo_type"]
-    snapshot_download(spec["id"], **kwargs)
-    files = []
-    for root, dirs, names in os.walk(dest):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for n in sorted(names):
-            if not n.startswith("."):
-                files.append(file_record(store, os.path.relpath(os.path.join(root, n), store)))
+    where = spec.get("endpoint") or "ModelScope"
+    log(f"{name}: downloading {spec['id']} from {where}")
+    kwargs: dict[str, Any] = {"local_dir": dest}
+    patterns = [str(p) for p in spec.get("allow_patterns") or []]
+    if patterns:
+        kwargs["allow_patterns"] = patterns
+    for key in ("revision", "repo_type", "endpoint"):
+        if spec.get(key):
+            kwargs[key] = spec[key]
+    if token:
+        kwargs["token"] = token
+    try:
+        snapshot_download(spec["id"], **kwargs)
+    except Exception as e:  # the client raises many types; all mean "not fetched"
+        raise ArtifactError(
+            f"artifact {name}: downloading {spec.get('repo_type') or 'model'} {spec['id']} "
+            f"from {where} failed: {type(e).__name__}: {str(e)[:500]}. What arrived is kept "
+            "and the next run resumes it. Fix: check the id, the revision, the token "
+            "(modelscope_token) and that this host reaches the hub."
+        ) from None
+    files = _tree_records(store, spec["dest"], patterns)
+    if not files:
+        raise ArtifactError(f"artifact {name}: {spec['id']} gave no files (allow_patterns?).")
     return {"files": files}
 
 
@@ -553,6 +625,45 @@ def fetch_wheelhouse(
 # ----------------------------------------------------------------------------- entry
 
 
+def present_bytes(store: str, dest: str) -> int:
+    """Bytes of an artifact already in the store (complete or partial files)."""
+    top = os.path.join(store, dest)
+    if os.path.isfile(top):
+        return os.path.getsize(top)
+    if os.path.isfile(top + ".part"):
+        return os.path.getsize(top + ".part")
+    total = 0
+    for root, _dirs, names in os.walk(top):
+        total += sum(os.path.getsize(os.path.join(root, n)) for n in names
+                     if os.path.isfile(os.path.join(root, n)))
+    return total
+
+
+def free_bytes(path: str) -> int:
+    while not os.path.exists(path):
+        path = os.path.dirname(path) or "/"
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def check_space(store: str, name: str, spec: dict[str, Any], host: str = "") -> None:
+    """Refuse to start fetching an artifact of declared ``size`` the store has no room for."""
+    size = int(spec.get("size") or 0)
+    if not size:
+        return
+    need = size - (present_bytes(store, spec["dest"]) if spec.get("dest") else 0)
+    free = free_bytes(store)
+    if need > free:
+        where = f" on {host}" if host else ""
+        raise ArtifactError(
+            f"artifact {name}: the store {store}{where} has {free / 1e9:.1f} GB free; "
+            f"{spec.get('id') or spec.get('url') or name} needs {need / 1e9:.1f} GB more "
+            f"(size {size / 1e9:.1f} GB). Nothing was fetched. Fix: free space there, or "
+            "point a3rl_artifact_dir (or artifact_store_stager_dir) at a larger disk."
+        )
+
+
+
 def ensure(
     store: str,
     name: str,
@@ -561,8 +672,14 @@ def ensure(
     check: bool = False,
     refresh: bool = False,
     log: Callable[[str], None] = lambda _m: None,
+    token: str | None = None,
+    host: str = "",
 ) -> dict[str, Any]:
     """Make the store hold artifact ``name`` as ``spec`` says; report what was done.
+
+    An artifact with a declared ``size`` is fetched only when the store's disk has room
+    for what has not arrived yet; otherwise nothing is fetched and the error says so.
+    ``token`` (a hub token) is passed to the hub client only; it is never recorded.
 
     Returns ``{"changed": bool, "action": present|fetched|would_fetch, "entry": {...}}``.
     """
@@ -606,6 +723,7 @@ def ensure(
                 "and nothing is fetched from the network. Fix: make the bundle again on a "
                 "connected machine (playbooks/bundle.yml) with this manifest."
             )
+        check_space(store, name, spec, host)
         if check:
             return {"changed": True, "action": "would_fetch", "reason": why, "entry": entry or {}}
         fetcher = {
@@ -617,6 +735,8 @@ def ensure(
         started = time.monotonic()
         if fetcher is None:
             result = fetch_wheelhouse(store, name, spec, log, manifest)
+        elif spec["kind"] == "modelscope":
+            result = fetch_modelscope(store, name, spec, log, token=token)
         else:
             result = fetcher(store, name, spec, log)
         entry = {

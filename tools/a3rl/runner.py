@@ -41,10 +41,13 @@ SECRET_WORDS = ("password", "passwd", "secret", "token", "key")
 MASK = "********"
 
 
+def _secret(name: str) -> bool:
+    return any(w in name.lower() for w in SECRET_WORDS)
+
+
 def masked(extravars: dict) -> dict:
     """Extra vars with secret-looking values hidden, for anything written to disk."""
-    return {k: (MASK if any(w in k.lower() for w in SECRET_WORDS) else v)
-            for k, v in extravars.items()}
+    return {k: (MASK if _secret(k) else v) for k, v in extravars.items()}
 
 
 def equivalent_command(playbook: str, inventory: Path, extravars: dict, check: bool) -> str:
@@ -82,7 +85,10 @@ def run_play(
         # ansible-runner turns host-key checking off unless told otherwise; we never do.
         "ANSIBLE_HOST_KEY_CHECKING": "True",
     }
-    env.update(extra_env or {})
+    # Secret-looking variables reach ansible-playbook through this process's environment:
+    # ansible-runner writes the ones it is handed into the record (env/envvars).
+    secret_env = {k: v for k, v in (extra_env or {}).items() if _secret(k)}
+    env.update({k: v for k, v in (extra_env or {}).items() if not _secret(k)})
     if not os.isatty(1):
         env["ANSIBLE_NOCOLOR"] = "1"
     failures: list[tuple[str, str, str]] = []
@@ -100,18 +106,27 @@ def run_play(
         return True
 
     t0 = time.monotonic()
-    r = ansible_runner.run(
-        private_data_dir=str(record),
-        project_dir=str(root),
-        playbook=playbook,
-        inventory=str(inventory.resolve()),
-        extravars=extravars,
-        cmdline=cmdline or None,
-        envvars=env,
-        quiet=quiet,
-        event_handler=on_event,
-        rotate_artifacts=0,
-    )
+    saved = {k: os.environ.get(k) for k in secret_env}
+    os.environ.update(secret_env)
+    try:
+        r = ansible_runner.run(
+            private_data_dir=str(record),
+            project_dir=str(root),
+            playbook=playbook,
+            inventory=str(inventory.resolve()),
+            extravars=extravars,
+            cmdline=cmdline or None,
+            envvars=env,
+            quiet=quiet,
+            event_handler=on_event,
+            rotate_artifacts=0,
+        )
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     result = PlayResult(
         play=playbook,
         rc=r.rc,
@@ -127,4 +142,20 @@ def run_play(
     ev = record / "env" / "extravars"
     if ev.exists():
         ev.write_text(json.dumps(masked(extravars)))
+    _scrub_environment(record)
     return result
+
+
+def _scrub_environment(record: Path) -> None:
+    """Mask secret-looking variables in the environment ansible-runner keeps in the
+    record (``artifacts/<id>/command`` holds the whole process environment, so a token
+    exported in the shell would stay on disk)."""
+    for path in [record / "env" / "envvars", *record.glob("artifacts/*/command")]:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        env = data.get("env") if path.name == "command" else data
+        if isinstance(env, dict) and any(_secret(k) for k in env):
+            env.update(masked({k: v for k, v in env.items() if _secret(k)}))
+            path.write_text(json.dumps(data))

@@ -5,8 +5,8 @@ Runs on the nodes as Ansible module_utils: standard library only, Python 3.8+.
 
 - ``check_files``: which distributed files a node already holds, verified. A verified
   copy carries a stamp (``<file>.sha256``, written only after its sha256 matched), so a
-  re-run skips it without reading it again; a partial file is left for the transfer to
-  resume.
+  re-run skips it without reading it again (hundreds of GB of weights are hashed once);
+  a partial file is left for the transfer to resume.
 - ``checkout``: a framework's source tree at its pinned commit, cloned from its bundle,
   with its submodules from their own bundles. Nothing reaches the network.
 - ``build_workdir``: the recipe's working directory ("build_project" layout) as a git
@@ -80,30 +80,103 @@ def _sha256(path: str) -> str:
 # ------------------------------------------------------------------------ file copies
 
 
+def _existing(path: str) -> str:
+    """``path`` or its nearest existing parent: where a new file there would be stored."""
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def _free_bytes(path: str) -> int:
+    """Free bytes on the filesystem that holds ``path`` (or its nearest existing parent)."""
+    st = os.statvfs(_existing(path))
+    return st.f_bavail * st.f_frsize
+
+
+def _gb(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
 def check_files(
-    root: str, files: list[dict[str, Any]], verify: bool = True, require: bool = False
+    root: str,
+    files: list[dict[str, Any]],
+    verify: bool = True,
+    require: bool = False,
+    stamp_root: str | None = None,
+    reader: bool = False,
+    host: str = "",
 ) -> dict[str, Any]:
     """Sort ``files`` (path, sha256, size relative to ``root``) into verified and needed.
 
     With ``verify`` (not in check mode), a complete-size copy without a valid stamp is
     hashed: a match gets its stamp, a mismatch is deleted so that it is sent again. The
     stamp records the file's mtime too: a copy written to since it was verified is
-    hashed again. ``require`` turns any file still not verified into an error (after a
-    transfer).
+    hashed again. Stamps live beside the files, or in a tree of their own under
+    ``stamp_root`` (model and dataset folders stay as the hub made them). ``require``
+    turns any file still not verified into an error (after a transfer).
+
+    Before anything is removed, the bytes still to arrive are compared with the free
+    space under ``root``: a disk too small is an error naming both, and nothing changed.
+
+    ``reader``: a node that only reads a copy another node placed (shared storage):
+    nothing is hashed, stamped or removed here, and a missing file means the shared
+    folder is not what this node sees.
     """
+    stamps = stamp_root or root
     verified, needed, stamped, removed = [], [], [], []
+    incoming = 0
+    # Bytes still to arrive per filesystem (a model folder may be a mount of its own).
+    per_fs: dict[int, list] = {}
+    rows = []
     for f in files:
         path = os.path.join(root, f["path"])
-        stamp = path + STAMP_SUFFIX
+        stamp = os.path.join(stamps, f["path"]) + STAMP_SUFFIX
         st = os.stat(path) if os.path.isfile(path) else None
         size = st.st_size if st else -1
         want = f"{f['sha256']}  {f['size']}  {st.st_mtime_ns if st else 0}\n"
         have_stamp = os.path.isfile(stamp) and open(stamp).read() == want
+        rows.append((f, path, stamp, size, want, have_stamp))
+        if not (size == f["size"] and have_stamp):
+            more = f["size"] - (size if 0 < size <= f["size"] else 0)
+            incoming += more
+            where = _existing(os.path.dirname(path))
+            entry = per_fs.setdefault(os.stat(where).st_dev, [where, 0])
+            entry[1] += more
+    label = f"{host}: " if host else ""
+    if reader:
+        missing = [f["path"] for f, _p, _s, size, _w, ok in rows if not (ok and size == f["size"])]
+        if require and missing:
+            raise StageError(
+                f"{label}{len(missing)} file(s) are not under {root} as the node that placed "
+                f"them left them: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}. "
+                "Fix: mount the shared storage (a3rl_shared_dir) at the same path on "
+                "every node, then run again."
+            )
+        return {"verified": [f["path"] for f, *_ in rows if f["path"] not in missing],
+                "needed": missing, "stamped": [], "removed": [], "changed": False,
+                "incoming_bytes": 0, "free_bytes": _free_bytes(root)}
+    free = _free_bytes(root)
+    for where, more in per_fs.values():
+        room = _free_bytes(where)
+        if verify and more > room:
+            raise StageError(
+                f"{label}{where} has {_gb(room)} free; the copies still to arrive need "
+                f"{_gb(more)}. Nothing was changed. Fix: free space on that disk, or place "
+                "the data on a larger one (a3rl_data_root, or a3rl_shared_dir)."
+            )
+    for f, path, stamp, size, want, have_stamp in rows:
         if size == f["size"] and have_stamp:
             verified.append(f["path"])
             continue
         if verify and size == f["size"]:
             if _sha256(path) == f["sha256"]:
+                os.makedirs(os.path.dirname(stamp), exist_ok=True)
                 with open(stamp + ".tmp", "w") as s:
                     s.write(want)
                 os.replace(stamp + ".tmp", stamp)
@@ -120,7 +193,7 @@ def check_files(
         needed.append(f["path"])
     if require and needed:
         raise StageError(
-            f"{len(needed)} file(s) do not have their sha256 after the transfer: "
+            f"{label}{len(needed)} file(s) do not have their sha256 after the transfer: "
             f"{', '.join(needed)}. They were removed. Fix: check the store copy on the "
             "controller against its manifest.json (sha256sum -c), then run again."
         )
@@ -130,6 +203,8 @@ def check_files(
         "stamped": stamped,
         "removed": removed,
         "changed": bool(stamped or removed),
+        "incoming_bytes": incoming,
+        "free_bytes": free,
     }
 
 

@@ -11,6 +11,8 @@ description:
     and the right size) and needed (missing, partial, or damaged - a damaged copy is
     removed so that it is sent again; a partial one is kept for the transfer to resume).
   - A complete-size copy without a stamp is hashed once and stamped when it matches.
+  - Before anything is removed, the bytes still to arrive are compared with the free space
+    under I(root); a disk too small fails naming the host, the folder and both sizes.
   - In check mode nothing is hashed, stamped or removed.
 options:
   root:
@@ -26,6 +28,19 @@ options:
     description: Fail when any file is not verified (use after the transfer).
     type: bool
     default: false
+  stamp_root:
+    description: Folder of the stamps (default I(root), beside the files).
+    type: path
+  reader:
+    description: This node only reads copies another node placed on shared storage
+      (nothing hashed, stamped or removed; a missing file means the shared folder is
+      not mounted here).
+    type: bool
+    default: false
+  host:
+    description: The inventory name, for the messages.
+    type: str
+    default: ""
 """
 
 EXAMPLES = r"""
@@ -53,6 +68,14 @@ removed:
   description: Damaged copies removed by this run.
   type: list
   returned: always
+incoming_bytes:
+  description: Bytes still to arrive.
+  type: int
+  returned: always
+free_bytes:
+  description: Free bytes under root.
+  type: int
+  returned: always
 """
 
 from ansible.module_utils.a3rl_stage import StageError, check_files
@@ -65,13 +88,17 @@ def main():
             "root": {"type": "path", "required": True},
             "files": {"type": "list", "elements": "dict", "required": True},
             "require": {"type": "bool", "default": False},
+            "stamp_root": {"type": "path"},
+            "reader": {"type": "bool", "default": False},
+            "host": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
     p = module.params
     try:
         result = check_files(p["root"], p["files"], verify=not module.check_mode,
-                             require=p["require"] and not module.check_mode)
+                             require=p["require"] and not module.check_mode,
+                             stamp_root=p["stamp_root"], reader=p["reader"], host=p["host"])
     except StageError as e:
         module.fail_json(msg=f"{e}")
     module.exit_json(**result)

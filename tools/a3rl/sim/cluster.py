@@ -23,13 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from a3rl.paths import project_root, sim_dir
-from a3rl.sim import cann, inventory, podman, standins, upstreams
+from a3rl.sim import cann, datasets_fixture, hub, inventory, podman, standins, upstreams
 from a3rl.sim.image import ImageSpec, ensure_image
 
 LABEL = "a3rl.sim.cluster"
 DEFAULT_NAME = "sim"
 DEFAULT_NPUS = 16
 SSH_READY_TIMEOUT = 120.0
+# Where every node mounts the cluster's shared folder (.sim/<name>/shared).
+SHARED_DIR = "/shared"
 # Node containers started at once. bench/sim_up.py measured 4 at once 1.13x slower than
 # one by one for 8 nodes (podman serialises on its locks; 2 cores), so: one by one.
 START_PARALLEL = 1
@@ -110,7 +112,7 @@ def _ensure_key(cluster: Cluster) -> None:
 
 def _params(cluster: Cluster, npus: int) -> dict:
     """What a running cluster must match to be reused as it is."""
-    return {"nodes": cluster.nodes, "subnet": cluster.subnet, "npus": npus}
+    return {"nodes": cluster.nodes, "subnet": cluster.subnet, "npus": npus, "shared": SHARED_DIR}
 
 
 def _pins() -> dict:
@@ -175,6 +177,7 @@ def _start_node(cluster: Cluster, node: Node, image: str, npus: int) -> None:
     ndir = cluster.node_dir(node)
     for sub in ("docker", "containers"):
         (ndir / sub).mkdir(parents=True, exist_ok=True)
+    (cluster.state / "shared").mkdir(parents=True, exist_ok=True)
     podman.run([
         "run", "-d", "--name", node.container, "--hostname", node.hostname,
         "--label", f"{LABEL}={cluster.name}", "--label", f"a3rl.sim.node={node.hostname}",
@@ -192,6 +195,9 @@ def _start_node(cluster: Cluster, node: Node, image: str, npus: int) -> None:
         # Engine storage on the host's filesystem: overlay works there, not on overlay.
         "-v", f"{ndir / 'docker'}:/var/lib/docker",
         "-v", f"{ndir / 'containers'}:/var/lib/containers",
+        # Storage every node mounts with the same content (NFS on a real cluster), for the
+        # tests of a3rl_shared_dir.
+        "-v", f"{cluster.state / 'shared'}:{SHARED_DIR}",
         image,
     ])
 
@@ -288,6 +294,7 @@ def up(
         # New nodes start empty, like freshly installed machines: no engine storage or
         # knobs left from an earlier cluster of this name.
         shutil.rmtree(cluster.state / "nodes", ignore_errors=True)
+        shutil.rmtree(cluster.state / "shared", ignore_errors=True)
         _ensure_key(cluster)
         _ensure_network(cluster)
         t0 = time.monotonic()
@@ -297,10 +304,12 @@ def up(
         log(f"{nodes} node(s) up in {time.monotonic() - t0:.1f}s")
     driver, firmware = _write_standins(cluster)
     packages = {"driver": driver, "firmware": firmware}
+    hub_root = cluster.standin_dir / "hub"
+    hub.write_models(hub_root)
+    datasets_fixture.write_raw_datasets(hub_root)
     overrides = inventory.artifact_overrides(
         upstreams.manifest_overrides(upstreams.build(log)), packages, cann_archive,
-        standins.write_data_standins(cluster.standin_dir / "data", _manifest()),
-        os.uname().machine)
+        hub_root, _manifest(), os.uname().machine)
     inventory.write(cluster, members, packages, cann_archive, npus, overrides)
     (cluster.state / "cluster.json").write_text(json.dumps(_params(cluster, npus)) + "\n")
     return cluster

@@ -92,15 +92,17 @@ def group_vars(cluster: Cluster, packages: Mapping[str, Path] | None = None,
 
 
 def artifact_overrides(upstream: Mapping[str, dict], packages: Mapping[str, Path],
-                       cann_archive: CannArchive | None, standin_files: Mapping[str, Path],
-                       arch: str) -> dict:
+                       cann_archive: CannArchive | None, hub_root: Path | None,
+                       manifest: Mapping[str, dict], arch: str) -> dict:
     """``a3rl_artifact_overrides`` of the simulator: where each manifest entry comes from.
 
     The frameworks and the recipe are the simulator's STAND-IN upstream repositories
     (``a3rl.sim.upstreams``); the wheelhouse is for the stand-in image's Python on this
     host's architecture; vendor packages and the image archive are the stand-ins
-    ``sim up`` wrote; data and weights are small STAND-IN files (the hubs are not
-    reachable here).
+    ``sim up`` wrote. Datasets and models are STAND-IN hub repositories (``a3rl.sim.hub``,
+    ``a3rl.sim.datasets_fixture``) handed over as folders on the controller, the way a
+    site hands over files it already has (the hubs are not reachable here); the tests
+    serve the same folders through the stand-in hub to run ModelScope's client.
     """
     ov: dict = {name: dict(spec) for name, spec in upstream.items()}
     ov["recipe_wheels"] = {"platforms": [f"manylinux2014_{arch}", "any"], "python_version": "3.11"}
@@ -109,10 +111,19 @@ def artifact_overrides(upstream: Mapping[str, dict], packages: Mapping[str, Path
         ov[entry[kind]] = {"path": str(path), "sha256": sha256_file(path)}
     if cann_archive is not None:
         ov["cann_image"] = {"path": str(cann_archive.path), "sha256": cann_archive.sha256}
-    for name, path in standin_files.items():
-        ov[name] = {"kind": "file", "path": str(path), "sha256": sha256_file(path),
-                    "dest": f"standins/{path.name}"}
+    if hub_root is not None:
+        for name, spec in manifest.items():
+            if spec.get("kind") == "modelscope":
+                ov[name] = {"kind": "file", "path": str(hub_repo(hub_root, spec)),
+                            # the stand-ins are small: no disk-space floor
+                            "size": 0}
     return ov
+
+
+def hub_repo(root: Path, spec: Mapping) -> Path:
+    """The stand-in hub folder of a ModelScope manifest entry."""
+    kind = "datasets" if spec.get("repo_type") == "dataset" else "models"
+    return root / kind / str(spec["id"])
 
 
 def write(cluster: Cluster, nodes: list[Node], packages: Mapping[str, Path] | None = None,

@@ -76,7 +76,6 @@ import base64
 import gzip
 import hashlib
 import io
-import json
 import os
 import re
 import shlex
@@ -622,24 +621,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-
-
-def write_data_standins(out: Path, manifest: dict[str, dict]) -> dict[str, Path]:
-    """One small STAND-IN file per dataset and model entry of the artifact manifest.
-
-    The hubs (ModelScope, Hugging Face) are not reachable from the simulator, so the
-    artifact store and the offline bundle carry these in place of the real files. The
-    content is fixed, so rewriting them changes nothing.
-    """
-    out.mkdir(parents=True, exist_ok=True)
-    files = {}
-    for name, spec in manifest.items():
-        if spec.get("group") not in ("data", "weights"):
-            continue
-        path = out / f"{name}.standin.json"
-        text = json.dumps({"standin": True, "artifact": name, "stands_in_for": spec.get("id", "")},
-                          sort_keys=True) + "\n"
-        if not path.exists() or path.read_text() != text:
-            path.write_text(text)
-        files[name] = path
-    return files

@@ -1,0 +1,85 @@
+#!/usr/bin/python
+"""Ansible module: the record of a Megatron dist-checkpoint conversion (query or commit)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: a3rl_mcore_record
+short_description: Compare or commit the settings a dist-checkpoint was converted with
+description:
+  - C(query) reads C(<path>/a3rl-conversion.json) and says whether the checkpoint there was
+    made with the settings in I(want) (and why not), with the free bytes where it goes.
+  - C(commit) moves a finished conversion from I(partial) to I(path) with its record,
+    replacing an older checkpoint; an interrupted conversion never looks finished.
+  - Check mode - query works; commit reports a change and does nothing.
+options:
+  path:
+    description: The checkpoint folder.
+    type: path
+    required: true
+  want:
+    description: The settings (use_alltoall_overlap, source_digest, converter_sha256, ...).
+    type: dict
+    required: true
+  state:
+    description: query or commit.
+    type: str
+    choices: [query, commit]
+    default: query
+  partial:
+    description: The folder the conversion wrote (commit).
+    type: path
+"""
+
+EXAMPLES = r"""
+- name: Checkpoint | Compare the recorded settings
+  a3rl_mcore_record:
+    path: /data/a3rl/models/Qwen3-235B-A22B-mcore
+    want: {use_alltoall_overlap: "1"}
+  register: record
+"""
+
+RETURN = r"""
+matches:
+  description: The checkpoint exists and was made with I(want).
+  type: bool
+  returned: state=query
+reasons:
+  description: Why it does not match.
+  type: list
+  returned: state=query
+free_bytes:
+  description: Free bytes where the checkpoint goes.
+  type: int
+  returned: state=query
+"""
+
+from ansible.module_utils.a3rl_conversion import commit, status
+from ansible.module_utils.basic import AnsibleModule
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "path": {"type": "path", "required": True},
+            "want": {"type": "dict", "required": True},
+            "state": {"type": "str", "choices": ["query", "commit"], "default": "query"},
+            "partial": {"type": "path"},
+        },
+        required_if=[("state", "commit", ["partial"])],
+        supports_check_mode=True,
+    )
+    p = module.params
+    if p["state"] == "query":
+        module.exit_json(changed=False, **status(p["path"], p["want"]))
+    if module.check_mode:
+        module.exit_json(changed=True)
+    try:
+        commit(p["path"], p["partial"], p["want"])
+    except OSError as e:
+        module.fail_json(msg=f"{e}. Fix: look at the conversion's output above, then run again.")
+    module.exit_json(changed=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""The dist-checkpoint conversion record (a3rl.conversion): reuse only on equal settings,
+and a conversion that did not finish never takes the place of a finished one."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from a3rl import conversion
+
+WANT = {"model": "qwen3_235b", "source_digest": "abc", "converter_sha256": "def",
+        "use_alltoall_overlap": "1", "nproc_per_node": "16"}
+
+
+def _finish(tmp_path, name="out.partial", marker="x"):
+    partial = tmp_path / name
+    (partial / "release").mkdir(parents=True)
+    (partial / "release" / "shard").write_text(marker)
+    return partial
+
+
+def test_no_checkpoint_yet(tmp_path):
+    st = conversion.status(str(tmp_path / "out"), WANT)
+    assert not st["matches"] and st["reasons"] == ["there is no converted checkpoint yet"]
+    assert st["free_bytes"] > 0
+
+
+def test_commit_then_equal_settings_match(tmp_path):
+    out = tmp_path / "out"
+    conversion.commit(str(out), str(_finish(tmp_path)), WANT)
+    assert not (tmp_path / "out.partial").exists()
+    assert json.loads((out / conversion.RECORD).read_text()) == WANT
+    assert conversion.status(str(out), WANT)["matches"]
+
+
+def test_other_overlap_is_named(tmp_path):
+    out = tmp_path / "out"
+    conversion.commit(str(out), str(_finish(tmp_path)), WANT)
+    st = conversion.status(str(out), {**WANT, "use_alltoall_overlap": "0"})
+    assert not st["matches"]
+    assert st["reasons"] == ["USE_ALLTOALL_OVERLAP was '1' at conversion, now '0'"]
+
+
+def test_other_weights_or_converter_are_named(tmp_path):
+    out = tmp_path / "out"
+    conversion.commit(str(out), str(_finish(tmp_path)), WANT)
+    st = conversion.status(str(out), {**WANT, "source_digest": "new", "converter_sha256": "n"})
+    assert len(st["reasons"]) == 2
+    assert any("HF weights" in r for r in st["reasons"])
+    assert any("converter" in r for r in st["reasons"])
+
+
+def test_unreadable_record(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / conversion.RECORD).write_text("{not json")
+    st = conversion.status(str(out), WANT)
+    assert not st["matches"] and "cannot be read" in st["reasons"][0]
+
+
+def test_a_new_conversion_replaces_the_old_one(tmp_path):
+    out = tmp_path / "out"
+    conversion.commit(str(out), str(_finish(tmp_path, marker="old")), WANT)
+    new = {**WANT, "use_alltoall_overlap": "0"}
+    conversion.commit(str(out), str(_finish(tmp_path, marker="new")), new)
+    assert (out / "release" / "shard").read_text() == "new"
+    assert conversion.status(str(out), new)["matches"]
+    assert not (tmp_path / "out.old").exists()
+
+
+def test_an_empty_conversion_is_not_committed(tmp_path):
+    out = tmp_path / "out"
+    conversion.commit(str(out), str(_finish(tmp_path, marker="old")), WANT)
+    (tmp_path / "out.partial").mkdir()
+    with pytest.raises(FileNotFoundError):
+        conversion.commit(str(out), str(tmp_path / "out.partial"), {**WANT, "model": "x"})
+    assert conversion.status(str(out), WANT)["matches"]

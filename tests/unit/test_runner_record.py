@@ -1,0 +1,26 @@
+"""What a run record keeps: no secret from the extra vars or the environment."""
+
+from __future__ import annotations
+
+import json
+
+from a3rl import runner
+
+
+def test_secret_environment_is_masked_in_the_record(tmp_path):
+    (tmp_path / "env").mkdir()
+    (tmp_path / "env/envvars").write_text(json.dumps({"MODELSCOPE_API_TOKEN": "t0k", "A": "1"}))
+    cmd = tmp_path / "artifacts/0001/command"
+    cmd.parent.mkdir(parents=True)
+    cmd.write_text(json.dumps({"command": ["ansible-playbook"], "cwd": "/",
+                               "env": {"REGISTRY_PASSWORD": "pw", "PATH": "/bin"}}))
+    runner._scrub_environment(tmp_path)
+    text = (tmp_path / "env/envvars").read_text() + cmd.read_text()
+    assert "t0k" not in text and "pw" not in text
+    assert json.loads(cmd.read_text())["env"]["PATH"] == "/bin"
+    assert json.loads((tmp_path / "env/envvars").read_text())["A"] == "1"
+
+
+def test_masked_extra_vars():
+    assert runner.masked({"modelscope_token": "x", "model": "qwen3_32b"}) == {
+        "modelscope_token": runner.MASK, "model": "qwen3_32b"}
