@@ -6,7 +6,7 @@ import functools
 
 from ansible.errors import AnsibleFilterError
 
-from a3rl import images, manifest, npu, preflight, ray, recipe_env
+from a3rl import conversion, files, images, manifest, npu, plan, preflight, ray, recipe_env, status
 
 
 def _clear_errors(fn):
@@ -20,6 +20,30 @@ def _clear_errors(fn):
             raise AnsibleFilterError(str(e)) from None
 
     return wrapper
+
+
+PROFILE_KEYS = ("a3rl_models", "a3rl_algorithms", "a3rl_runs", "a3rl_features",
+                "a3rl_run_defaults", "a3rl_model_overrides", "a3rl_patched_keys")
+
+
+def plan_job(hostvars_like, algo, model, weights, features, nodes, npus_per_node,
+             extra_overrides=None, checkpoint_record=None):
+    """The training job of a run (a3rl.plan), from the play's variables; every problem of
+    the plan in one error."""
+    v = hostvars_like
+    profiles = {k: v.get(k) for k in PROFILE_KEYS}
+    profiles["paths"] = plan.node_paths(v["a3rl_assets_dir"], v["a3rl_workdir"],
+                                        v.get("a3rl_datasets") or {}, v.get("a3rl_manifest") or {})
+    try:
+        made = plan.make_plan(algo, model, weights, features, nodes, npus_per_node, profiles,
+                              extra_overrides=extra_overrides or None,
+                              checkpoint_record=checkpoint_record or None)
+    except plan.PlanError as e:
+        raise AnsibleFilterError(str(e)) from None
+    job = made.job()
+    job["hydra_overrides"] = made.hydra_overrides()
+    job["module"] = made.entrypoint_module
+    return job
 
 
 class FilterModule:
@@ -51,6 +75,10 @@ class FilterModule:
             "a3rl_ray_installed_version": ray.installed_version,
             "a3rl_ray_membership": ray.membership,
             "a3rl_artifact_names": manifest.artifact_names,
+            "a3rl_bytes": files.human_bytes,
+            "a3rl_plan_job": plan_job,
+            "a3rl_alltoall_overlap": conversion.alltoall_overlap,
+            "a3rl_status_report": status.report,
             "a3rl_artifact_problems": manifest.artifact_problems,
             "a3rl_node_files": _clear_errors(manifest.node_files),
             "a3rl_artifact_file": _clear_errors(manifest.artifact_file),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +13,9 @@ import yaml
 from a3rl.runner import PlayResult, run_play
 from a3rl.sim import cluster, podman
 
-NAME = "pytest"
+# A second test session on this machine needs a cluster name of its own (podman's
+# container names are global): A3RL_TEST_CLUSTER=dev pytest ...
+NAME = os.environ.get("A3RL_TEST_CLUSTER", "pytest")
 NODES = 2
 
 

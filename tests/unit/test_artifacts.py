@@ -366,6 +366,26 @@ def test_provided_folder_is_copied_with_only_the_allowed_files(tmp_path):
     assert not (store / "models/c/model-1.safetensors").exists()
 
 
+def test_a_file_gone_from_the_source_folder_leaves_the_store(tmp_path):
+    src = tmp_path / "gsm8k"
+    (src / "main").mkdir(parents=True)
+    (src / "main/train-00000-of-00001.parquet").write_text("old")
+    store = tmp_path / "store"
+    spec = {"kind": "file", "dest": "raw/gsm8k", "path": str(src)}
+    artifacts.ensure(str(store), "g", spec)
+    (src / "main/train-00000-of-00001.parquet").unlink()
+    (src / "main/train-00000-of-00002.parquet").write_text("new")
+    got = artifacts.ensure(str(store), "g", spec, refresh=True)["entry"]["files"]
+    assert [f["path"] for f in got] == ["raw/gsm8k/main/train-00000-of-00002.parquet"]
+    assert not (store / "raw/gsm8k/main/train-00000-of-00001.parquet").exists()
+
+
+def test_a_mirror_endpoint_is_not_a_new_artifact():
+    spec = {"kind": "modelscope", "id": "Qwen/Qwen3-32B", "dest": "models/Qwen3-32B"}
+    assert artifacts.spec_digest(spec) == artifacts.spec_digest(
+        {**spec, "endpoint": "https://mirror.example"})
+
+
 def test_declared_size_beyond_the_free_disk_is_refused_before_fetching(tmp_path):
     src = tmp_path / "w"
     src.mkdir()

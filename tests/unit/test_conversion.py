@@ -76,3 +76,13 @@ def test_an_empty_conversion_is_not_committed(tmp_path):
     with pytest.raises(FileNotFoundError):
         conversion.commit(str(out), str(tmp_path / "out.partial"), {**WANT, "model": "x"})
     assert conversion.status(str(out), WANT)["matches"]
+
+
+@pytest.mark.parametrize(("features", "env", "want"), [
+    ([], {}, 1), ("no-alltoall_overlap", {}, 0), (["sam", "no-alltoall_overlap"], {}, 0),
+    ([], {"USE_ALLTOALL_OVERLAP": 0}, 0), ("alltoall_overlap", {"USE_ALLTOALL_OVERLAP": 0}, 1),
+    ("sam,no-alltoall_overlap", None, 0),
+])
+def test_the_runs_alltoall_overlap(features, env, want):
+    model = {"features": {"USE_ALLTOALL_OVERLAP": 1}}
+    assert conversion.alltoall_overlap(features, model, env) == want

@@ -88,3 +88,9 @@ def test_a_single_file_source_is_found_in_its_folder(tmp_path):
         "source": "ds_raw", "format": "deepscaler", "dest": "data/deepscaler"})
     assert [f["path"] for f in got["entry"]["files"]] == [
         "data/deepscaler/train.parquet", "data/deepscaler/valid.parquet"]
+
+
+def test_two_datasets_may_not_write_the_same_file(store):
+    dataset_store.ensure(str(store), "aime_2024", SPEC)
+    with pytest.raises(dataset_store.DatasetError, match="already the output of dataset:aime"):
+        dataset_store.ensure(str(store), "aime_again", SPEC)

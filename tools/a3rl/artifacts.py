@@ -75,7 +75,9 @@ def sha256_file(path: str) -> str:
 
 def spec_digest(spec: dict[str, Any]) -> str:
     """Digest of what defines an artifact's content (not descriptive fields)."""
-    keep = {k: v for k, v in spec.items() if k not in ("group", "version", "size", "description")}
+    # Where a file comes from (a hub mirror's endpoint) does not change what it is.
+    keep = {k: v for k, v in spec.items()
+            if k not in ("group", "version", "size", "description", "endpoint")}
     return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -437,6 +439,19 @@ def _copy_tree(
             os.replace(d + ".part", d)
 
 
+def _prune(src: str, dest: str, patterns: list[str] | None, log: Callable[[str], None]) -> None:
+    """Remove files of a copied folder that its source no longer has (or no longer
+    selects), so a renamed shard is not recorded and placed beside its successor."""
+    for root, _dirs, names in os.walk(dest):
+        for n in names:
+            d = os.path.join(root, n)
+            rel = os.path.relpath(d, dest)
+            wanted = not patterns or any(fnmatch.fnmatch(rel, p) for p in patterns)
+            if not (wanted and os.path.isfile(os.path.join(src, rel))):
+                log(f"removing {d}: not in {src}")
+                os.unlink(d)
+
+
 def _tree_records(store: str, dest: str, patterns: list[str] | None = None) -> list[dict]:
     """File records of a folder artifact (hidden files, a hub client's bookkeeping, left
     out; with ``patterns``, only the files they match)."""
@@ -471,6 +486,7 @@ def fetch_file(
             )
         if os.path.isdir(src):
             _copy_tree(src, dest, log, spec.get("allow_patterns"))
+            _prune(src, dest, spec.get("allow_patterns"), log)
         else:
             os.makedirs(os.path.dirname(dest), exist_ok=True)
             log(f"{name}: copying {src}")

@@ -85,6 +85,43 @@ def cmd_play(args: argparse.Namespace, playbook: str) -> int:
     return 0 if result.ok else 1
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Print a run's job (entrypoint, config, overrides, env) without touching any host."""
+    import json
+
+    from a3rl.paths import project_root
+    from a3rl.plan import PlanError, plan_from_files
+
+    try:
+        made = plan_from_files(project_root(), args.algo, args.model, args.weights,
+                               args.feature, args.nodes, args.npus_per_node,
+                               args.assets_dir, args.workdir,
+                               extra_overrides=args.override or None)
+    except PlanError as e:
+        console.print(f"[red]{e}[/red]")
+        return 1
+    job = made.job()
+    if args.format == "json":
+        print(json.dumps({k: job[k] for k in ("entrypoint", "config_name", "overrides", "env")}
+                         | {"submission_id": job["submission_id"]}, indent=1))
+    else:
+        print(job["entrypoint"])
+        for k, v in sorted(job["env"].items()):
+            print(f"{k}={v}")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    extra = [f"algo={args.algo}", f"action={args.action}"]
+    for key in ("model", "weights"):
+        if getattr(args, key):
+            extra.append(f"{key}={getattr(args, key)}")
+    if args.feature:
+        extra.append("features=" + ",".join(args.feature))
+    args.extra_vars = extra + list(args.extra_vars)
+    return cmd_play(args, "playbooks/train.yml")
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from a3rl.runner import run_play
     from a3rl.sim import cluster
@@ -92,13 +129,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
     c = cluster.up(nodes=args.nodes, log=_log)
     result = run_play("site.yml", c.inventory_dir, quiet=args.quiet)
     _summary(result)
-    if result.ok:
+    if not result.ok:
+        return 1
+    train = run_play("playbooks/train.yml", c.inventory_dir, {"algo": "grpo"}, quiet=args.quiet)
+    _summary(train)
+    if train.ok:
+        from a3rl.paths import project_root
+
+        reports = sorted((project_root() / "runs").glob("a3rl-grpo-*/report.md"),
+                         key=lambda p: p.stat().st_mtime)
         console.print(
-            f"[green]demo done[/green]: {args.nodes} simulated A3 node(s), site.yml passed, "
-            f"{result.changed} change(s). Status: `a3rl sim status`; "
+            f"[green]demo done[/green]: {args.nodes} simulated A3 node(s), site.yml passed "
+            f"({result.changed} change(s)), a simulated GRPO run finished. Report: "
+            f"{reports[-1] if reports else '(none)'}. Status: `a3rl sim status`; "
             "remove: `a3rl sim down`."
         )
-    return 0 if result.ok else 1
+    return 0 if train.ok else 1
 
 
 def parser() -> argparse.ArgumentParser:
@@ -128,7 +174,31 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--check", action="store_true")
         sp.add_argument("-q", "--quiet", action="store_true")
 
-    demo = sub.add_parser("demo", help="simulated cluster + site.yml + summary")
+    plan = sub.add_parser("plan", help="print a run's job without touching any host")
+    plan.add_argument("--algo", required=True, choices=["grpo", "dapo"])
+    plan.add_argument("--model", required=True)
+    plan.add_argument("--weights", default="real", choices=["real", "random"])
+    plan.add_argument("--feature", action="append", default=[],
+                      help="a feature name (repeat; no-<name> turns a default off)")
+    plan.add_argument("--nodes", type=int, default=None, help="default: the recipe's")
+    plan.add_argument("--npus-per-node", type=int, default=16)
+    plan.add_argument("--override", action="append", default=[], help="a Hydra override")
+    plan.add_argument("--assets-dir", default="/data/a3rl")
+    plan.add_argument("--workdir", default="/data/a3rl/llm_rl/qwen3")
+    plan.add_argument("--format", default="json", choices=["json", "text"])
+
+    train = sub.add_parser("train", help="run playbooks/train.yml")
+    train.add_argument("--algo", required=True, choices=["grpo", "dapo"])
+    train.add_argument("--model", default=None)
+    train.add_argument("--weights", default=None, choices=["real", "random"])
+    train.add_argument("--feature", action="append", default=[])
+    train.add_argument("--action", default="submit", choices=["submit", "stop", "status"])
+    train.add_argument("-i", "--inventory", default=None, help="default: inventory/sim")
+    train.add_argument("-e", "--extra-vars", action="append", default=[], metavar="K=V")
+    train.add_argument("--check", action="store_true")
+    train.add_argument("-q", "--quiet", action="store_true")
+
+    demo = sub.add_parser("demo", help="simulated cluster + site.yml + a GRPO run")
     demo.add_argument("--nodes", type=int, default=2)
     demo.add_argument("-q", "--quiet", action="store_true")
     return p
@@ -145,6 +215,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_play(args, "playbooks/preflight.yml")
         if args.cmd == "demo":
             return cmd_demo(args)
+        if args.cmd == "plan":
+            return cmd_plan(args)
+        if args.cmd == "train":
+            return cmd_train(args)
     except (RuntimeError, ValueError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2

@@ -90,3 +90,20 @@ def commit(out: str, partial: str, want: dict[str, Any]) -> None:
         os.rename(out, old)
     os.rename(partial, out)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def alltoall_overlap(features: Any, model: dict[str, Any],
+                     env_overrides: dict[str, Any] | None = None) -> int:
+    """USE_ALLTOALL_OVERLAP of a run: the model's switch, then the inventory's model-env
+    override (``recipe_env_features``), then the run's feature names (``alltoall_overlap``
+    on, ``no-alltoall_overlap`` off; a list or a comma-separated string), as the
+    training plan reads them."""
+    value = (model.get("features") or {}).get("USE_ALLTOALL_OVERLAP", 0)
+    value = (env_overrides or {}).get("USE_ALLTOALL_OVERLAP", value)
+    names = features.split(",") if isinstance(features, str) else list(features or [])
+    for name in (str(n).strip() for n in names):
+        if name == "alltoall_overlap":
+            value = 1
+        elif name == "no-alltoall_overlap":
+            value = 0
+    return int(value)

@@ -115,6 +115,16 @@ def ensure(store: str, name: str, spec: dict[str, Any], check: bool = False) -> 
                     f"dataset {name}: the converted files do not have verl's schema, nothing "
                     "was placed: " + "; ".join(problems[:20])
                 )
+            taken = {f["path"]: other for other, e in manifest["artifacts"].items()
+                     if other != key for f in e.get("files", [])}
+            clash = [os.path.join(dest, os.path.basename(p)) for p in made
+                     if os.path.join(dest, os.path.basename(p)) in taken]
+            if clash:
+                raise DatasetError(
+                    f"dataset {name}: {', '.join(clash)} is already the output of "
+                    f"{taken[clash[0]]}. Fix: give the datasets different dest folders "
+                    "in a3rl_datasets."
+                )
             files = []
             for path in sorted(made):
                 rel = os.path.join(dest, os.path.basename(path))

@@ -127,6 +127,11 @@ def run_play(
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        # Even when interrupted: no secret stays in the record.
+        ev = record / "env" / "extravars"
+        if ev.exists():
+            ev.write_text(json.dumps(masked(extravars)))
+        _scrub_environment(record)
     result = PlayResult(
         play=playbook,
         rc=r.rc,
@@ -138,11 +143,6 @@ def run_play(
         seconds=time.monotonic() - t0,
     )
     (record / "command.txt").write_text(result.command + "\n")
-    # ansible-runner leaves the extra vars in env/extravars; keep only the masked form.
-    ev = record / "env" / "extravars"
-    if ev.exists():
-        ev.write_text(json.dumps(masked(extravars)))
-    _scrub_environment(record)
     return result
 
 

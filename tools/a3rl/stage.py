@@ -150,7 +150,17 @@ def check_files(
             entry[1] += more
     label = f"{host}: " if host else ""
     if reader:
-        missing = [f["path"] for f, _p, _s, size, _w, ok in rows if not (ok and size == f["size"])]
+        # The writer's stamp, sha256 and size only: another node may see other mtimes
+        # (coarser timestamps, attribute caching on a network filesystem).
+        def seen(f: dict, stamp: str, size: int) -> bool:
+            try:
+                with open(stamp) as s:
+                    sha, length = s.read().split()[:2]
+            except (OSError, ValueError):
+                return False
+            return size == f["size"] and sha == f["sha256"] and int(length) == f["size"]
+
+        missing = [f["path"] for f, _p, stamp, size, _w, _ok in rows if not seen(f, stamp, size)]
         if require and missing:
             raise StageError(
                 f"{label}{len(missing)} file(s) are not under {root} as the node that placed "

@@ -75,6 +75,9 @@ def group_vars(cluster: Cluster, packages: Mapping[str, Path] | None = None,
         "ray_cluster_pre_start_command": "",
         # A worker whose head is unreachable gives up after 15 s and starts again.
         "ray_cluster_gcs_reconnect_timeout_s": 15,
+        # The training job's module: the STAND-IN trainer in the stand-in image, which
+        # does everything verl's entrypoint does but the NPU math (a3rl_standin_trainer).
+        "train_job_module_override": "a3rl_standin_trainer",
     }
     for kind, path in packages.items():
         gv[f"npu_driver_{kind}_src"] = str(path)

@@ -42,25 +42,8 @@ error:
   returned: when not reachable
 """
 
-import json
-import os
-import urllib.error
-import urllib.request
-
+from ansible.module_utils.a3rl_rayjobs import RayApiError, auth_headers, request
 from ansible.module_utils.basic import AnsibleModule
-
-
-def read_env_file(path):
-    values = {}
-    if not path or not os.path.exists(path):
-        return values
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if line and not line.startswith("#") and "=" in line:
-                key, _, value = line.partition("=")
-                values[key.strip()] = value.strip().strip('"').strip("'")
-    return values
 
 
 def main():
@@ -72,17 +55,15 @@ def main():
         },
         supports_check_mode=True,
     )
-    env = read_env_file(module.params["token_env_file"])
-    headers = {}
-    if env.get("RAY_AUTH_MODE") == "token" and env.get("RAY_AUTH_TOKEN"):
-        headers["Authorization"] = "Bearer " + env["RAY_AUTH_TOKEN"]
+    headers = auth_headers(module.params["token_env_file"])
     url = module.params["url"].rstrip("/") + "/api/v0/nodes?detail=true&limit=10000"
-    request = urllib.request.Request(url, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=module.params["timeout"]) as resp:
-            body = json.loads(resp.read().decode("utf-8"))
-    except (urllib.error.URLError, OSError, ValueError) as e:
+        body = request(url, headers=headers, timeout=module.params["timeout"])
+    except RayApiError as e:
         module.exit_json(changed=False, reachable=False, nodes=[], error=str(e))
+    if not isinstance(body, dict):
+        module.exit_json(changed=False, reachable=False, nodes=[],
+                         error=f"unexpected answer from {url}: {str(body)[:200]}")
     nodes = body.get("data", {}).get("result", {}).get("result", [])
     module.exit_json(changed=False, reachable=True, nodes=nodes)
 

@@ -1,0 +1,174 @@
+#!/usr/bin/python
+"""Ansible module: the Ray cluster's jobs, from the job REST API on the head."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: a3rl_ray_jobs
+short_description: List, submit, read or stop the jobs of a Ray cluster through its REST API
+description:
+  - Run it on the head. C(list) reads C(GET /api/jobs/) and returns every job and the
+    active ones (PENDING or RUNNING). C(stop) asks Ray to stop the active jobs (or the
+    given ones) and waits until they reach a terminal state.
+  - C(submit) submits I(entrypoint) under I(submission_ids[0]) once; a job with that id
+    (running or finished) is reported, never submitted again. C(status) returns one
+    job's record, C(logs) its log.
+  - With token authentication the token is read from a file on the node, so it never
+    appears in the task's arguments or in logs.
+  - Check mode - C(list) runs; C(stop) reports what it would stop.
+options:
+  url:
+    description: The dashboard's base URL as the head reaches it.
+    type: str
+    required: true
+  token_env_file:
+    description: An env file holding C(RAY_AUTH_MODE) and C(RAY_AUTH_TOKEN); missing means no token.
+    type: path
+  action:
+    description: list, stop, submit, status or logs.
+    type: str
+    choices: [list, stop, submit, status, logs]
+    default: list
+  submission_ids:
+    description: The jobs to stop (default - every active job).
+    type: list
+    elements: str
+  dest:
+    description: With C(logs), write the log to this file on the head (returns its last lines).
+    type: path
+  entrypoint:
+    description: The job's command (submit).
+    type: str
+  runtime_env:
+    description: Ray runtime_env of the job (submit), e.g. C(env_vars), C(working_dir).
+    type: dict
+  metadata:
+    description: Job metadata (submit).
+    type: dict
+  wait:
+    description: Seconds to wait for stopped jobs to reach a terminal state.
+    type: int
+    default: 60
+  reachable_only:
+    description: When the API does not answer, report it instead of failing (no Ray running).
+    type: bool
+    default: false
+"""
+
+RETURN = r"""
+reachable:
+  description: Whether the API answered.
+  type: bool
+  returned: always
+jobs:
+  description: Every job (submission_id, status, entrypoint, ...).
+  type: list
+  returned: always
+active:
+  description: One line per PENDING or RUNNING job.
+  type: list
+  returned: always
+stopped:
+  description: The jobs asked to stop.
+  type: list
+  returned: action=stop
+"""
+
+import time
+
+from ansible.module_utils.a3rl_rayjobs import (
+    RayApiError,
+    active,
+    auth_headers,
+    describe,
+    job,
+    list_jobs,
+    logs,
+    stop,
+    submit,
+)
+from ansible.module_utils.basic import AnsibleModule
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "url": {"type": "str", "required": True},
+            "token_env_file": {"type": "path"},
+            "action": {"type": "str", "choices": ["list", "stop", "submit", "status", "logs"],
+                       "default": "list"},
+            "entrypoint": {"type": "str"},
+            "dest": {"type": "path"},
+            "runtime_env": {"type": "dict"},
+            "metadata": {"type": "dict"},
+            "submission_ids": {"type": "list", "elements": "str"},
+            "wait": {"type": "int", "default": 60},
+            "reachable_only": {"type": "bool", "default": False},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    headers = auth_headers(p["token_env_file"])
+    try:
+        jobs = list_jobs(p["url"], headers)
+    except RayApiError as e:
+        if p["reachable_only"]:
+            module.exit_json(changed=False, reachable=False, error=str(e), jobs=[], active=[],
+                             stopped=[])
+        module.fail_json(msg=f"the Ray job API on the head does not answer ({e}). Fix: start "
+                             "Ray (playbooks/ray.yml), or check ray_cluster_dashboard_bind.")
+    running = active(jobs)
+    result = {"reachable": True, "jobs": jobs, "active": [describe(j) for j in running]}
+    if p["action"] == "list":
+        module.exit_json(changed=False, **result)
+    one = (p["submission_ids"] or [None])[0]
+    if p["action"] in ("submit", "status", "logs") and not one:
+        module.fail_json(msg=f"action {p['action']} needs submission_ids: [<id>]")
+    try:
+        if p["action"] == "status":
+            module.exit_json(changed=False, job=job(p["url"], headers, one) or {}, **result)
+        if p["action"] == "logs":
+            text = logs(p["url"], headers, one)
+            tail = text.splitlines()[-30:]
+            if p["dest"]:
+                with open(p["dest"], "w", encoding="utf-8") as f:
+                    f.write(text)
+                module.exit_json(changed=False, tail=tail, bytes=len(text.encode()), **result)
+            module.exit_json(changed=False, logs=text, tail=tail, **result)
+        if p["action"] == "submit":
+            if not p["entrypoint"]:
+                module.fail_json(msg="action submit needs entrypoint")
+            existing = job(p["url"], headers, one)
+            if existing is not None or module.check_mode:
+                module.exit_json(changed=existing is None, submitted=False,
+                                 job=existing or {}, **result)
+            got = submit(p["url"], headers, one, p["entrypoint"], p["runtime_env"],
+                         p["metadata"])
+            module.exit_json(changed=got["submitted"], submitted=got["submitted"],
+                             job=got["job"], **result)
+    except RayApiError as e:
+        module.fail_json(msg=str(e), **result)
+    ids = p["submission_ids"] or [j.get("submission_id") for j in running]
+    ids = [i for i in ids if i and i in {j.get("submission_id") for j in running}]
+    if module.check_mode or not ids:
+        module.exit_json(changed=bool(ids), stopped=ids, **result)
+    try:
+        for ident in ids:
+            stop(p["url"], headers, ident)
+        deadline = time.monotonic() + p["wait"]
+        while time.monotonic() < deadline:
+            left = [j for j in active(list_jobs(p["url"], headers))
+                    if j.get("submission_id") in ids]
+            if not left:
+                break
+            time.sleep(1)
+        else:
+            module.fail_json(msg="job(s) still running after the stop request: "
+                                 + ", ".join(describe(j) for j in left), **result)
+    except RayApiError as e:
+        module.fail_json(msg=str(e), **result)
+    module.exit_json(changed=True, stopped=ids, **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+#!/usr/bin/python
+"""Ansible module: remove the recipe's cache set on a node and in its training container."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: a3rl_cache_clean
+short_description: Remove exactly the recipe's caches, on the node and in the training container
+description:
+  - Removes the given paths, each of which must be in the recipe's cache set
+    (C(kernel_meta), C(.torchair_cache) and C(.cache) in the working directory,
+    C(/root/.cache), C(/root/atc_data)). Empty, relative, C(/), C(..)-bearing, glob and
+    symlink values are refused, and nothing is removed when any value is refused.
+  - The same check and removal run inside the training container (C(docker exec), the
+    engine's own code on stdin), when it is running.
+  - Check mode - reports what would be removed and the bytes, removes nothing.
+options:
+  workdir:
+    description: The recipe working directory.
+    type: str
+    required: true
+  paths:
+    description: The cache paths to remove.
+    type: list
+    elements: raw
+    required: true
+  container:
+    description: The training container's name (empty - the node only).
+    type: str
+    default: ""
+"""
+
+RETURN = r"""
+removed:
+  description: Per side (host, container) the removed paths and their bytes.
+  type: dict
+  returned: always
+freed:
+  description: Bytes freed on this node (host and container).
+  type: int
+  returned: always
+"""
+
+import inspect
+import json
+
+from ansible.module_utils import a3rl_cache_clean as engine
+from ansible.module_utils.basic import AnsibleModule
+
+
+def in_container(module, name, paths, workdir, check):
+    rc, out, err = module.run_command(
+        ["docker", "inspect", "--format", "{{.State.Running}}", name])
+    if rc != 0 or out.strip() != "true":
+        return None
+    args = json.dumps({"paths": paths, "workdir": workdir, "check": check})
+    rc, out, err = module.run_command(
+        ["docker", "exec", "-i", name, "python3", "-", "--json", args],
+        data=inspect.getsource(engine), binary_data=True)
+    if rc != 0:
+        module.fail_json(msg=f"the cache clean in container {name} failed: {err.strip()[-500:]}")
+    result = json.loads(out.strip().splitlines()[-1])
+    if "error" in result:
+        module.fail_json(msg=f"in container {name}: {result['error']}. Nothing was removed.")
+    return result
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "workdir": {"type": "str", "required": True},
+            "paths": {"type": "list", "elements": "raw", "required": True},
+            "container": {"type": "str", "default": ""},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        # Every value on both sides is checked before anything is removed.
+        engine.clean(p["paths"], p["workdir"], check=True)
+        removed = {}
+        if p["container"]:
+            seen = in_container(module, p["container"], p["paths"], p["workdir"], True)
+            if seen is not None and not module.check_mode:
+                seen = in_container(module, p["container"], p["paths"], p["workdir"], False)
+            if seen is not None:
+                removed["container"] = seen["removed"]
+        host = engine.clean(p["paths"], p["workdir"], check=module.check_mode)
+        removed["host"] = host["removed"]
+    except engine.CacheError as e:
+        module.fail_json(msg=f"{e}. Nothing was removed. Fix: cache_clean_paths may only "
+                             "name the recipe's caches.")
+    freed = sum(sum(side.values()) for side in removed.values())
+    module.exit_json(changed=any(removed.values()), removed=removed, freed=freed)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""The training play on the simulated cluster, end to end with the STAND-IN trainer: plan,
+Hydra check against the staged verl configs, submit through Ray's job API, follow,
+collect, report; double submit, stop, a failing job, refused plans."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from a3rl import metrics
+from a3rl.paths import project_root
+
+from .conftest import failure_text, play
+
+TRAIN = "playbooks/train.yml"
+SHORT = ["trainer.total_training_steps=2"]
+
+
+@pytest.fixture(scope="module")
+def up(sim):
+    result = play("site.yml", sim.inventory_dir)
+    assert result.ok, failure_text(result)
+    return sim
+
+
+def _submission_id(result) -> str:
+    events = [json.loads(p.read_text()) for p in
+              (result.record / "artifacts").rglob("job_events/*.json")]
+    for e in events:
+        res = e.get("event_data", {}).get("res", {})
+        facts = res.get("ansible_facts", {})
+        if "train_job_plan" in facts:
+            return facts["train_job_plan"]["submission_id"]
+    raise AssertionError("no plan in the run's events")
+
+
+def _jobs(sim) -> list[dict]:
+    from a3rl.sim import podman
+
+    out = podman.exec_(sim.members()[0].container, "python3", "-c",
+                       "import urllib.request; print(urllib.request.urlopen("
+                       "'http://127.0.0.1:8260/api/jobs/').read().decode())").stdout
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("algo", ["grpo", "dapo"])
+def test_a_run_end_to_end_to_its_report(up, algo):
+    result = play(TRAIN, up.inventory_dir, extravars={"algo": algo, "overrides": SHORT})
+    assert result.ok, failure_text(result)
+    ident = _submission_id(result)
+    assert ident.startswith(f"a3rl-{algo}-qwen3_32b-real-")
+    run = project_root() / "runs" / ident
+    steps = metrics.read_jsonl(run / "metrics.jsonl")
+    assert [s["step"] for s in steps] == [1, 2] and all(s["simulated"] for s in steps)
+    assert "perf/throughput" in steps[0]
+    if algo == "dapo":
+        assert "train/num_gen_batches" in steps[0]
+    report = (run / "report.md").read_text()
+    assert ident in report and "simulated" in report.lower()
+    assert (run / "metrics.png").stat().st_size > 1000
+    log = (run / "job.log").read_text()
+    assert "STAND-IN" in log
+    # The stand-in reserved every NPU of both nodes through Ray and each node saw its own.
+    assert "reserving 2 x 16 NPUs" in log
+    for n in (1, 2):
+        assert f"node {n}/2: " in log and f": node{n} (" in log
+    assert log.count("(16 devices") == 2
+    again = play(TRAIN, up.inventory_dir, extravars={"algo": algo, "overrides": SHORT})
+    assert again.ok and again.changed == 0, again.stats.get("changed")
+    assert sum(j.get("submission_id") == ident for j in _jobs(up)) == 1
+
+
+def test_no_second_submit_while_running_then_stop(up):
+    args = {"algo": "grpo", "overrides": ["trainer.total_training_steps=20"], "follow": False}
+    first = play(TRAIN, up.inventory_dir, extravars=args)
+    assert first.ok and first.changed > 0, failure_text(first)
+    ident = _submission_id(first)
+    second = play(TRAIN, up.inventory_dir, extravars=args)
+    assert second.ok and second.changed == 0, second.stats.get("changed")
+    assert sum(j.get("submission_id") == ident for j in _jobs(up)) == 1
+    stopped = play(TRAIN, up.inventory_dir, extravars={**args, "action": "stop"})
+    assert stopped.ok and stopped.changed > 0, failure_text(stopped)
+    state = {j["submission_id"]: j["status"] for j in _jobs(up)}
+    assert state[ident] == "STOPPED"
+    status = play(TRAIN, up.inventory_dir, extravars={**args, "action": "status"})
+    assert status.ok and status.changed == 0
+
+
+def test_a_failing_job_fails_the_play_with_its_id_and_last_lines(up):
+    bad = ["trainer.total_training_steps=2", "data.train_files=/data/a3rl/data/missing.parquet"]
+    result = play(TRAIN, up.inventory_dir, extravars={"algo": "grpo", "overrides": bad})
+    assert not result.ok
+    text = failure_text(result)
+    assert "FAILED" in text and "missing.parquet" in text, text
+    ident = _submission_id(result)
+    assert ident in text and (project_root() / "runs" / ident / "job.log").is_file()
+
+
+def test_a_hydra_typo_is_refused_naming_the_key_before_submit(up):
+    before = len(_jobs(up))
+    result = play(TRAIN, up.inventory_dir,
+                  extravars={"algo": "grpo", "overrides": ["trainer.nnode=2"]})
+    assert not result.ok
+    assert "trainer.nnode" in failure_text(result) and "Nothing was submitted" in failure_text(
+        result)
+    assert len(_jobs(up)) == before
+
+
+@pytest.mark.parametrize(("extravars", "needle"), [
+    ({"model": "qwen3_235b", "weights": "random"}, "needs at least 128 NPUs"),
+    ({"features": "resampler", "overrides": ["data.shuffle=True"]}, "shuffle"),
+    ({"features": "warp_drive"}, "unknown feature"),
+    ({"weights": "random"}, "no random-weights grpo run for qwen3_32b"),
+])
+def test_invalid_plans_are_refused_before_anything_is_submitted(up, extravars, needle):
+    before = len(_jobs(up))
+    result = play(TRAIN, up.inventory_dir, extravars={"algo": "grpo", **extravars})
+    assert not result.ok
+    assert needle in failure_text(result), failure_text(result)
+    assert len(_jobs(up)) == before
+
+
+def test_the_plan_cli_prints_the_job_without_a_cluster(capsys):
+    from a3rl.cli import main
+
+    assert main(["plan", "--algo", "grpo", "--model", "qwen3_235b", "--nodes", "8"]) == 0
+    job = json.loads(capsys.readouterr().out)
+    assert job["config_name"] == "ppo_megatron_trainer"
+    assert "actor_rollout_ref.rollout.tensor_model_parallel_size=4" in job["overrides"]
+    assert Path(project_root()).is_dir()

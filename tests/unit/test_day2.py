@@ -1,0 +1,95 @@
+"""The cache-clean rules (a3rl.cache_clean) and the status report (a3rl.status)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from a3rl import cache_clean, status
+
+WD = "/data/a3rl/llm_rl/qwen3"
+
+
+@pytest.mark.parametrize(("value", "rule"), [
+    ("", "empty"), (None, "empty"), ("kernel_meta", "relative"), ("/", "root"),
+    (f"{WD}/../x", "'..'"), (f"{WD}/kernel_*", "glob"), ("~/.cache", "relative"),
+    ("/root/$X", "glob"), ("/etc", "not in the recipe's cache set"),
+    (f"{WD}/verl", "not in the recipe's cache set"), ("//", "root"),
+])
+def test_hostile_values_are_refused_by_rule(value, rule):
+    assert rule in cache_clean.check_value(value, WD)
+
+
+def test_the_cache_set_is_exact():
+    assert cache_clean.allowed(WD + "/") == [f"{WD}/kernel_meta", f"{WD}/.torchair_cache",
+                                             f"{WD}/.cache", "/root/.cache", "/root/atc_data"]
+    for bad in ("/", "", "data", "/data", "/data/*"):
+        with pytest.raises(cache_clean.CacheError):
+            cache_clean.allowed(bad)
+
+
+def test_clean_in_a_root_removes_only_the_set_and_never_follows_links(tmp_path):
+    root = str(tmp_path)
+    wd = tmp_path / WD.lstrip("/")
+    (wd / "kernel_meta/a").mkdir(parents=True)
+    (wd / "kernel_meta/a/op.o").write_bytes(b"x" * 100)
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside/keep").write_text("keep")
+    os.symlink(tmp_path / "outside", wd / "kernel_meta/link")
+    (wd / "verl").mkdir()
+    paths = cache_clean.allowed(WD)
+    got = cache_clean.clean(paths, WD, check=True, root=root)
+    assert got["removed"] == {f"{WD}/kernel_meta": 100 + len(str(tmp_path / "outside"))}
+    assert (wd / "kernel_meta").exists()
+    got = cache_clean.clean(paths, WD, root=root)
+    assert not (wd / "kernel_meta").exists() and (tmp_path / "outside/keep").exists()
+    assert (wd / "verl").exists()
+    assert cache_clean.clean(paths, WD, root=root)["changed"] is False
+
+
+def test_a_symlinked_cache_path_is_refused_before_anything_is_removed(tmp_path):
+    root = str(tmp_path)
+    (tmp_path / "root").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / "elsewhere", tmp_path / "root/atc_data")
+    (tmp_path / "root/.cache").mkdir()
+    with pytest.raises(cache_clean.CacheError, match="is a symlink"):
+        cache_clean.clean(["/root/.cache", "/root/atc_data"], WD, root=root)
+    assert (tmp_path / "root/.cache").exists()
+
+
+def _row(**kw):
+    base = {"driver": "25.3.rc1", "firmware": "7.8", "npus": 16, "npu_problems": [],
+            "image_id": "sha256:" + "a" * 64, "container": "running", "free_bytes": 10**12}
+    return {**base, **kw}
+
+
+def _members(*hosts, missing=()):
+    return {"nodes": {h: {"joined": h not in missing, "npus": 16} for h in hosts},
+            "strangers": []}
+
+
+def test_status_healthy_cluster():
+    got = status.report({"node1": _row(), "node2": _row()}, _members("node1", "node2"), [])
+    assert got["healthy"] and got["problems"] == []
+    assert "joined, 16 NPU" in got["table"] and "node2" in got["table"]
+
+
+def test_status_names_each_problem():
+    got = status.report(
+        {"node1": _row(npu_problems=["node1: NPU 3 chip 0 is Critical"]),
+         "node2": _row(container="exited", image_id="sha256:" + "b" * 64, free_bytes=5)},
+        _members("node1", "node2", missing=("node2",)),
+        [{"submission_id": "j1", "status": "RUNNING"}], min_free_bytes=10**9)
+    text = " | ".join(got["problems"])
+    assert not got["healthy"]
+    for needle in ("NPU 3", "node2: the training container is exited", "differs",
+                   "node2: not in the Ray cluster", "node2: 5 bytes free"):
+        assert needle in text, needle
+    assert got["jobs"] == ["j1: RUNNING"]
+
+
+def test_status_without_ray():
+    got = status.report({"node1": _row()}, {}, [])
+    assert "does not answer" in got["problems"][0] and "no answer" in got["table"]
