@@ -22,28 +22,20 @@ def _clear_errors(fn):
     return wrapper
 
 
-PROFILE_KEYS = ("a3rl_models", "a3rl_algorithms", "a3rl_runs", "a3rl_features",
-                "a3rl_run_defaults", "a3rl_model_overrides", "a3rl_patched_keys")
-
-
 def plan_job(hostvars_like, algo, model, weights, features, nodes, npus_per_node,
              extra_overrides=None, checkpoint_record=None):
-    """The training job of a run (a3rl.plan), from the play's variables; every problem of
-    the plan in one error."""
+    """a3rl.plan.plan_job with the profiles and node paths taken from the play's
+    variables; every problem of the plan in one error."""
     v = hostvars_like
-    profiles = {k: v.get(k) for k in PROFILE_KEYS}
+    profiles = {k: v.get(k) for k in plan.PROFILE_VARS}
     profiles["paths"] = plan.node_paths(v["a3rl_assets_dir"], v["a3rl_workdir"],
                                         v.get("a3rl_datasets") or {}, v.get("a3rl_manifest") or {})
     try:
-        made = plan.make_plan(algo, model, weights, features, nodes, npus_per_node, profiles,
-                              extra_overrides=extra_overrides or None,
-                              checkpoint_record=checkpoint_record or None)
+        return plan.plan_job(profiles, algo, model, weights, features, nodes, npus_per_node,
+                             extra_overrides=extra_overrides or None,
+                             checkpoint_record=checkpoint_record or None)
     except plan.PlanError as e:
         raise AnsibleFilterError(str(e)) from None
-    job = made.job()
-    job["hydra_overrides"] = made.hydra_overrides()
-    job["module"] = made.entrypoint_module
-    return job
 
 
 class FilterModule:

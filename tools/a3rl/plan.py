@@ -404,6 +404,9 @@ class Plan:
             "submission_id": self.submission_id,
             "run_name": self.run_name,
             "values": dict(self.values),
+            # For the pre-submit Hydra check and the simulator's module swap.
+            "module": self.entrypoint_module,
+            "hydra_overrides": self.hydra_overrides(),
         }
 
 
