@@ -3,6 +3,9 @@ SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
+# Integration modules run side by side, each pytest-xdist worker on a simulated cluster of
+# its own (the suite mostly waits on SSH, Ray and podman, not on the 2 CPUs).
+TEST_WORKERS ?= 3
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
@@ -35,14 +38,14 @@ unit: venv
 	$(BIN)/pytest -q tests/unit
 
 integration: venv host-deps
-	$(BIN)/pytest -q tests/integration
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=20 tests/integration
 
 test: venv host-deps
 	$(MAKE) --no-print-directory lint
-	$(BIN)/pytest -q tests/unit tests/integration
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=20 tests/unit tests/integration
 
 bench: venv host-deps
-	$(BIN)/python bench/sim_up.py --runs 3
+	$(BIN)/python bench/run.py
 
 sim-down: venv
 	$(BIN)/a3rl sim down

@@ -53,6 +53,12 @@ options:
     description: When the API does not answer, report it instead of failing (no Ray running).
     type: bool
     default: false
+  progress:
+    description:
+      - With C(status), also read the job's log and return where the job is - the latest
+        step and its metrics, parsed from verl's console lines (C(a3rl.metrics.progress)).
+    type: bool
+    default: false
 """
 
 RETURN = r"""
@@ -72,6 +78,10 @@ stopped:
   description: The jobs asked to stop.
   type: list
   returned: action=stop
+progress:
+  description: C(step), C(total_steps), C(simulated) and the latest step's C(metrics).
+  type: dict
+  returned: action=status with progress
 """
 
 import time
@@ -87,6 +97,7 @@ from ansible.module_utils.a3rl_rayjobs import (
     stop,
     submit,
 )
+from ansible.module_utils.a3rl_metrics import progress
 from ansible.module_utils.basic import AnsibleModule
 
 
@@ -104,6 +115,7 @@ def main():
             "submission_ids": {"type": "list", "elements": "str"},
             "wait": {"type": "int", "default": 60},
             "reachable_only": {"type": "bool", "default": False},
+            "progress": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -126,7 +138,10 @@ def main():
         module.fail_json(msg=f"action {p['action']} needs submission_ids: [<id>]")
     try:
         if p["action"] == "status":
-            module.exit_json(changed=False, job=job(p["url"], headers, one) or {}, **result)
+            record = job(p["url"], headers, one) or {}
+            if p["progress"] and record:
+                result["progress"] = progress(logs(p["url"], headers, one))
+            module.exit_json(changed=False, job=record, **result)
         if p["action"] == "logs":
             text = logs(p["url"], headers, one)
             tail = text.splitlines()[-30:]

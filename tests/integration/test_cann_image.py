@@ -63,6 +63,27 @@ def test_only_the_node_without_the_image_gets_it(site):
     assert image_ids(node1) == image_ids(node2)
 
 
+def test_archive_goes_along_the_chain_when_every_node_needs_it(site):
+    """The archive goes through the artifact distribution: with the chain's size floor
+    lowered (the stand-in archive is below the default), both nodes get it along the
+    chain, verified, load it, and keep no copy."""
+    archive, ref = _archive(site)
+    for node in site.members():
+        podman.exec_(node.container, "docker", "rmi", "-f", ref)
+    result = play(IMAGE_PLAY, site.inventory_dir,
+                  extravars={"artifact_store_fanout_min_bytes": 0})
+    assert result.ok, failure_text(result)
+    out = (result.record / "artifacts").joinpath(
+        next(p.name for p in (result.record / "artifacts").iterdir()), "stdout").read_text()
+    assert "chain: 2 nodes need files" in out and "node1 -> node2" in out
+    expected = f"{ref} {archive_image_id(archive)}"
+    for node in site.members():
+        assert image_ids(node.container) == [expected]
+        assert podman.exec_(node.container, "ls", "-A", "/var/cache/a3rl/images").stdout == ""
+    again = play(IMAGE_PLAY, site.inventory_dir, extravars={"artifact_store_fanout_min_bytes": 0})
+    assert again.ok and again.changed == 0
+
+
 def test_altered_archive_is_refused(site, tmp_path):
     archive, ref = _archive(site)
     node2 = site.members()[1].container

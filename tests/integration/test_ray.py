@@ -214,23 +214,6 @@ def test_head_container_restart_heals_without_ansible(ray_up):
     print(f"cluster whole again {took:.0f}s after the head's container restarted")
 
 
-def test_four_nodes_in_host_mode():
-    """A second cluster of 4 nodes, Ray on the nodes themselves (no container engine)."""
-    c = cluster.up("pytest-ray4", nodes=4, log=print)
-    try:
-        extra = {"a3rl_ray_mode": "host", "ray_cluster_ray_command": "/opt/a3rl/ray/bin/ray"}
-        for pb in ("playbooks/recipe_env.yml", "playbooks/ray.yml"):
-            result = play(pb, c.inventory_dir, extravars=extra)
-            assert result.ok, failure_text(result)
-        head = c.members()[0]
-        assert npu_total(head) == 64
-        assert sorted(alive(head)) == sorted(n.ip for n in c.members())
-        again = play("playbooks/ray.yml", c.inventory_dir, extravars=extra)
-        assert again.ok and again.changed == 0, again.stats["changed"]
-    finally:
-        cluster.down("pytest-ray4", log=print)
-
-
 def test_token_auth_with_a_ray_that_has_it(ray_up):
     """Ray 2.60 in the image: token auth turns on by itself, a job without the token is
     refused, one with it runs, and the token is kept 0600 on the controller."""

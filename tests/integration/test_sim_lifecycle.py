@@ -8,7 +8,9 @@ from a3rl.cli import main
 from a3rl.sim import cluster, podman
 from a3rl.sim.image import ImageSpec
 
-NAME = "pytest-life"
+from .conftest import NAME as SESSION
+
+NAME = f"{SESSION}-life"
 
 
 def _ids() -> list[str]:

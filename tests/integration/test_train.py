@@ -24,10 +24,14 @@ def up(sim):
     return sim
 
 
+def _events(result) -> list[dict]:
+    return sorted((json.loads(p.read_text()) for p in
+                   (result.record / "artifacts").rglob("job_events/*.json")),
+                  key=lambda e: e.get("counter", 0))
+
+
 def _submission_id(result) -> str:
-    events = [json.loads(p.read_text()) for p in
-              (result.record / "artifacts").rglob("job_events/*.json")]
-    for e in events:
+    for e in _events(result):
         res = e.get("event_data", {}).get("res", {})
         facts = res.get("ansible_facts", {})
         if "train_job_plan" in facts:
@@ -46,9 +50,22 @@ def _jobs(sim) -> list[dict]:
 
 @pytest.mark.parametrize("algo", ["grpo", "dapo"])
 def test_a_run_end_to_end_to_its_report(up, algo):
-    result = play(TRAIN, up.inventory_dir, extravars={"algo": algo, "overrides": SHORT})
+    result = play(TRAIN, up.inventory_dir,
+                  extravars={"algo": algo, "overrides": SHORT, "train_job_poll": 1})
     assert result.ok, failure_text(result)
     ident = _submission_id(result)
+    # Following showed progress: every poll carried the job's step (none before the first
+    # step line), and the last one the final step of the total verl announced.
+    follow = [e["event_data"]["res"] for e in _events(result)
+              if e["event"] in ("runner_retry", "runner_on_ok")
+              and e["event_data"].get("task") == "Train | Follow the job until it ends"]
+    assert len(follow) >= 2 and all("progress" in r for r in follow), follow
+    seen = [r["progress"]["step"] or 0 for r in follow]
+    assert seen == sorted(seen) and follow[-1]["progress"]["step"] == 2
+    assert follow[-1]["progress"]["total_steps"] == 2
+    assert "perf/throughput" in follow[-1]["progress"]["metrics"]
+    stdout = "".join(p.read_text() for p in result.record.glob("artifacts/*/stdout"))
+    assert f"{ident} SUCCEEDED, step 2/2: " in stdout
     assert ident.startswith(f"a3rl-{algo}-qwen3_32b-real-")
     run = project_root() / "runs" / ident
     steps = metrics.read_jsonl(run / "metrics.jsonl")

@@ -151,3 +151,34 @@ def test_summary_first_step_means_and_count():
 def test_summary_of_nothing():
     s = metrics.summary([])
     assert s["count"] == 0 and s["first"] == {} and s["mean"] == {} and s["first_step"] is None
+
+
+def test_progress_is_the_latest_step_and_the_total_so_far():
+    head = f"{TR}Total training steps: 3\n"
+    # Only the first two steps are in the log yet; step 2's inf throughput is left out.
+    text = head + JOB_LOG.split(f"{CYAN}(TaskRunner pid=45210){RESET} step:3")[0]
+    got = metrics.progress(text)
+    assert (got["step"], got["total_steps"]) == (2, 3)
+    assert got["metrics"] == {"actor/pg_loss": 0.0135, "critic/score/mean": 0.3,
+                              "timing_s/step": 4790, "perf/time_per_step": 4790}
+    json.dumps(got, allow_nan=False)  # a module returns it: strict JSON
+    assert metrics.progress_line(got) == (
+        "step 2/3: perf/time_per_step=4790 timing_s/step=4790 critic/score/mean=0.3 "
+        "actor/pg_loss=0.0135")
+
+
+def test_progress_before_any_step_and_without_a_total():
+    got = metrics.progress("2026-12-01 INFO job_manager.py -- Runtime env is setting up.\n")
+    assert got == {"step": None, "total_steps": None, "simulated": False, "metrics": {}}
+    assert metrics.progress_line(got) == "no step logged yet"
+    one = metrics.progress("step:1 - a3rl/simulated:1 - perf/throughput:5.0\n")
+    assert metrics.progress_line(one) == "step 1: perf/throughput=5 (simulated)"
+
+
+def test_progress_of_a_long_log_parses_its_end_and_finds_the_total_anywhere():
+    filler = "(WorkerDict pid=9) INFO vllm engine: request finished\n" * 20000  # ~1 MB
+    text = (f"{TR}Total training steps: 500\n" + f"{TR}step:1 - perf/throughput:1.0\n"
+            + filler + f"{TR}step:2 - perf/throughput:2.0\n" + filler[:1000])
+    assert len(text) > 4 * metrics.PROGRESS_TAIL
+    got = metrics.progress(text)
+    assert (got["step"], got["total_steps"], got["metrics"]) == (2, 500, {"perf/throughput": 2.0})

@@ -182,3 +182,156 @@ def test_os_and_arch_unsupported():
     assert len(problems) == 2
     assert "OS CentOS 7 is not supported" in problems[0]
     assert "architecture x86_64" in problems[1]
+
+
+# --- npus_per_node, checked with the inventory ---
+
+@pytest.mark.parametrize("value", ["sixteen", -16, 0, "1.5", True])
+def test_npus_per_node_must_be_a_positive_whole_number(value):
+    hv = {**HOSTVARS, "n2": {**HOSTVARS["n2"], "npus_per_node": value}}
+    [msg] = pf.topology_problems(GROUPS, hv)
+    assert msg.startswith(f"n2: npus_per_node {value!r} is not a positive whole number")
+    assert "Fix:" in msg
+
+
+@pytest.mark.parametrize("value", [16, "16", 8])
+def test_npus_per_node_accepted(value):
+    hv = {**HOSTVARS, "n1": {**HOSTVARS["n1"], "npus_per_node": value}}
+    assert pf.topology_problems(GROUPS, hv) == []
+
+
+# --- controller inputs: the manifest, the files and URLs it names, secrets ---
+
+SHA_OF_HELLO = "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03"  # "hello\n"
+
+
+def _never(url):  # a probe that fails the test if any URL is reached
+    raise AssertionError(f"{url} was probed")
+
+
+def test_good_file_entry_hashed_once_then_from_the_cache(tmp_path, monkeypatch):
+    f = tmp_path / "driver.run"
+    f.write_text("hello\n")
+    m = {"npu_driver": {"kind": "file", "dest": "driver.run", "path": str(f),
+                        "sha256": SHA_OF_HELLO}}
+    cache = tmp_path / "cache"
+    assert pf.artifact_input_problems(m, str(tmp_path / "store"), cache_dir=str(cache),
+                                      probe=_never) == []
+    calls = []
+    monkeypatch.setattr(pf.artifacts, "sha256_file", lambda p: calls.append(p) or "x")
+    assert pf.artifact_input_problems(m, str(tmp_path / "store"), cache_dir=str(cache),
+                                      probe=_never) == []
+    assert calls == []  # same size and mtime: not read again
+    f.write_text("hello, changed\n")
+    [msg] = pf.artifact_input_problems(m, str(tmp_path / "store"), cache_dir=str(cache),
+                                       probe=_never)
+    assert calls and "has sha256 x, the manifest says" in msg
+
+
+def test_wrong_checksum_names_file_both_hashes_and_fix(tmp_path):
+    f = tmp_path / "fw.run"
+    f.write_text("hello\n")
+    m = {"npu_firmware": {"kind": "file", "dest": "fw.run", "path": str(f), "sha256": "0" * 64}}
+    [msg] = pf.artifact_input_problems(m, str(tmp_path / "store"), probe=_never)
+    assert msg.startswith(f"controller: artifact npu_firmware: {f} has sha256 {SHA_OF_HELLO}")
+    assert "says " + "0" * 64 in msg and "Fix:" in msg
+
+
+def test_file_put_by_hand_into_the_store_is_checked_when_there(tmp_path):
+    store = tmp_path / "store"
+    m = {"cann_image": {"kind": "file", "dest": "images/cann.tar", "sha256": "1" * 64}}
+    # Not there (yet): a stage that needs it says so; nothing to refuse here.
+    assert pf.artifact_input_problems(m, str(store), probe=_never) == []
+    (store / "images").mkdir(parents=True)
+    (store / "images" / "cann.tar").write_text("hello\n")
+    [msg] = pf.artifact_input_problems(m, str(store), probe=_never)
+    assert "images/cann.tar has sha256" in msg
+
+
+def test_missing_path_is_named(tmp_path):
+    m = {"gsm8k": {"kind": "file", "dest": "raw/gsm8k", "path": "/nonexistent/gsm8k"}}
+    [msg] = pf.artifact_input_problems(m, str(tmp_path), probe=_never)
+    assert msg.startswith("controller: artifact gsm8k: path /nonexistent/gsm8k does not exist")
+    assert "Fix:" in msg
+
+
+def test_entry_the_store_holds_as_specified_is_not_looked_at_again(tmp_path):
+    from a3rl import artifacts
+
+    spec = {"kind": "http", "url": "http://unreachable.invalid/x", "dest": "x", "sha256": "2" * 64}
+    artifacts.write_manifest(str(tmp_path), {"version": 1, "artifacts": {
+        "x": {"spec_digest": artifacts.spec_digest(spec), "files": []}}})
+    assert pf.artifact_input_problems({"x": spec}, str(tmp_path), probe=_never) == []
+    # A changed entry (here: its sha256) is no longer what the store holds: checked.
+    changed = {**spec, "sha256": "3" * 64}
+    [msg] = pf.artifact_input_problems({"x": changed}, str(tmp_path),
+                                       probe=lambda url: "Name or service not known")
+    assert "http://unreachable.invalid/x cannot be reached from the controller" in msg
+    assert "(Name or service not known)" in msg and "Fix:" in msg
+
+
+def test_urls_are_not_probed_offline_or_from_a_stager(tmp_path):
+    m = {"x": {"kind": "http", "url": "http://a.invalid/x", "dest": "x", "sha256": "2" * 64},
+         "g": {"kind": "git", "url": "/nonexistent/repo.git", "ref": "main"}}
+    assert pf.artifact_input_problems(m, str(tmp_path), offline=True, probe=_never) == []
+    assert pf.artifact_input_problems(m, str(tmp_path), fetch_on_controller=False,
+                                      probe=_never) == []
+    problems = pf.artifact_input_problems(m, str(tmp_path), probe=lambda u: "refused")
+    assert len(problems) == 2
+    assert any("git url /nonexistent/repo.git does not exist" in p for p in problems)
+
+
+@pytest.mark.parametrize(("spec", "needle"), [
+    ({"kind": "svn", "url": "x"}, "kind is 'svn'"),
+    ({"kind": "file", "dest": "../../etc/x"}, "must be a relative path inside the store"),
+    ({"kind": "file", "dest": "/etc/x"}, "must be a relative path inside the store"),
+    ({"kind": "file", "dest": "x", "sha256": "abc"}, "is not 64 lowercase hex digits"),
+    ({"kind": "http", "url": "http://x/y", "dest": "y"}, "`sha256` is not set"),
+    ("not a mapping", "the entry is not a mapping"),
+])
+def test_malformed_entries_are_refused_with_the_fix(tmp_path, spec, needle):
+    [msg] = pf.artifact_input_problems({"a": spec}, str(tmp_path), probe=_never)
+    assert msg.startswith("controller: artifact a") and needle in msg and "Fix:" in msg
+
+
+def test_url_problem_against_a_real_server(tmp_path):
+    import functools
+    import http.server
+    import threading
+
+    (tmp_path / "f").write_text("x")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        assert pf.url_problem(f"{base}/f") is None
+        assert "404" in pf.url_problem(f"{base}/missing")
+    finally:
+        server.shutdown()
+        server.server_close()
+    # Nothing listens on a closed port: refused, quickly.
+    assert "refused" in pf.url_problem(f"http://127.0.0.1:{server.server_address[1]}/f",
+                                       timeout=2).lower()
+
+
+@pytest.mark.parametrize(("source", "user", "has", "bad"), [
+    ("registry", "robot", False, True),
+    ("registry", "robot", True, False),
+    ("registry", "", False, False),  # anonymous pull
+    ("tarball", "robot", False, False),
+])
+def test_registry_password_needed_only_for_a_registry_login(source, user, has, bad):
+    problems = pf.registry_secret_problems(source, user, has)
+    assert bool(problems) == bad
+    if bad:
+        assert "cann_image_registry_password" in problems[0] and "Fix:" in problems[0]
+
+
+def test_token_auth_needs_a_ray_that_has_it():
+    [msg] = pf.ray_auth_problems("token", "2.48.0")
+    assert msg.startswith("controller: ray_cluster_auth is 'token' but Ray 2.48.0")
+    assert "Fix:" in msg
+    assert pf.ray_auth_problems("auto", "2.48.0") == []
+    assert pf.ray_auth_problems("token", "2.60.0") == []
+    assert "must be auto, token or none" in pf.ray_auth_problems("yes", "2.48.0")[0]

@@ -24,3 +24,13 @@ def test_secret_environment_is_masked_in_the_record(tmp_path):
 def test_masked_extra_vars():
     assert runner.masked({"modelscope_token": "x", "model": "qwen3_32b"}) == {
         "modelscope_token": runner.MASK, "model": "qwen3_32b"}
+
+
+def test_two_runs_of_one_play_in_one_second_get_folders_of_their_own(tmp_path, monkeypatch):
+    from a3rl import runner
+
+    monkeypatch.setattr(runner.time, "strftime", lambda fmt: "20261201-101010")
+    first = runner._new_record(tmp_path / "runs", "site")
+    second = runner._new_record(tmp_path / "runs", "site")
+    assert (first.name, second.name) == ("20261201-101010-site", "20261201-101010-site-2")
+    assert oct(first.stat().st_mode & 0o777) == "0o700"

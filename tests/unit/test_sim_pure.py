@@ -81,3 +81,24 @@ def test_inventory_has_the_real_inventories_groups(tmp_path, monkeypatch):
     gv = yaml.safe_load((c.inventory_dir / "group_vars/a3_nodes.yml").read_text())
     assert f"UserKnownHostsFile={c.known_hosts}" in gv["ansible_ssh_common_args"]
     assert "StrictHostKeyChecking=yes" in gv["ansible_ssh_common_args"]
+
+
+def test_down_finds_exactly_its_nodes_ssh_control_sockets(tmp_path, monkeypatch):
+    """`sim down` removes its own nodes' ControlPath files and no other cluster's: the
+    names are ansible-core's own (its ssh plugin's _create_control_path)."""
+    from ansible.plugins.connection.ssh import Connection
+
+    monkeypatch.setattr(cluster, "sim_dir", lambda: tmp_path / ".sim")
+    mine = cluster.Cluster("one", 2, "10.213.90.0/24")
+    inventory.write(mine, mine.members())
+    ours = cluster._inventory_hosts(mine)
+    assert ours == [("10.213.90.11", "root"), ("10.213.90.12", "root")]
+    cp = tmp_path / "cp"
+    cp.mkdir()
+    for host in ("10.213.90.11", "10.213.90.12", "10.213.91.11"):
+        name = Connection._create_control_path(host, None, "root") % {"directory": str(cp)}
+        Path(name).write_text("")
+    found = cluster.control_sockets(cp, ours)
+    expected = {Path(Connection._create_control_path(h, None, "root") % {"directory": str(cp)})
+                for h, _ in ours}
+    assert set(found) == expected and len(found) == 2

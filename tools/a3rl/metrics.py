@@ -57,6 +57,9 @@ _STEP = re.compile(r"^step:(\d+)(?: - (.*))?$")
 _REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\].*$")
 _NUMPY_SCALAR = re.compile(r"^np\.\w+\((.*)\)$")
 _INT = re.compile(r"^[+-]?\d+$")
+# verl's RayPPOTrainer prints this once it has sized the dataloader (and so does the
+# simulator's stand-in trainer).
+_TOTAL_STEPS = re.compile(r"Total training steps:\s*(\d+)")
 
 
 def _number(text: str) -> int | float | None:
@@ -123,6 +126,43 @@ def parse_log(text: str) -> list[dict[str, Any]]:
     return [steps[s] for s in sorted(steps)]
 
 
+# A poll reads the whole log (Ray's REST API has no offset), but only its end is parsed
+# line by line: a long run's log is tens of MB, its latest step line is near the end.
+PROGRESS_TAIL = 256 * 1024
+
+
+def progress(text: str, tail: int = PROGRESS_TAIL) -> dict[str, Any]:
+    """Where a running job is, from its log so far: the latest step and its metrics.
+
+    ``step`` is None before the first step line (in the last ``tail`` characters);
+    ``total_steps`` is None until verl has printed it. Metrics that are nan or infinite
+    are left out (the record must be JSON).
+    """
+    steps = parse_log(text[-tail:])
+    totals = _TOTAL_STEPS.findall(text)
+    latest = steps[-1] if steps else {}
+    return {
+        "step": latest.get("step"),
+        "total_steps": int(totals[-1]) if totals else None,
+        "simulated": bool(latest.get("simulated")),
+        "metrics": {k: v for k, v in latest.items()
+                    if k not in ("step", "simulated") and _finite(v)},
+    }
+
+
+def progress_line(progress: dict[str, Any], keys: Sequence[str] = KEY_METRICS) -> str:
+    """One short line for a console: ``step 3/20: perf/throughput=118.5 ...``."""
+    step = progress.get("step")
+    if step is None:
+        return "no step logged yet"
+    total = progress.get("total_steps")
+    metrics = progress.get("metrics") or {}
+    shown = [f"{k}={metrics[k]:.4g}" for k in keys if _finite(metrics.get(k))][:4]
+    head = f"step {step}/{total}" if total else f"step {step}"
+    tail = " (simulated)" if progress.get("simulated") else ""
+    return f"{head}: {' '.join(shown)}{tail}" if shown else head + tail
+
+
 def _encode(value: Any) -> Any:
     # Strict JSON has no NaN/Infinity; keep them as strings so `jq` and others can read it.
     if isinstance(value, float) and not math.isfinite(value):
@@ -160,7 +200,9 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value)
+    # (int, float), not int | float: this file also runs on the nodes (module_utils),
+    # whose Python may be older than the controller's.
+    return isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def summary(steps: Sequence[dict[str, Any]], keys: Sequence[str] = KEY_METRICS) -> dict[str, Any]:

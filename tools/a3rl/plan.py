@@ -164,7 +164,14 @@ class PlanError(ValueError):
 
     def __init__(self, problems: Sequence[str]):
         self.problems = list(problems)
-        super().__init__("the run plan is refused:\n" + "\n".join(f"- {p}" for p in self.problems))
+        super().__init__("the run plan is refused:\n" + "\n".join(f"- {p}" for p in self.problems)
+                         + "\n" + PLAN_FIX)
+
+
+# The one fix every refusal shares: where a plan's inputs come from.
+PLAN_FIX = ("Fix: change -e algo/model/weights/features/overrides, or the run's profile in "
+            "group_vars/all/runs.yml (nodes and npus_per_node come from the inventory); "
+            "`a3rl plan` checks a plan without touching the cluster.")
 
 
 # --- Hydra override values: render and parse (the subset of Hydra's grammar we emit) ---

@@ -8,8 +8,14 @@ function returns a list of problems; each problem names the host and says the fi
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Mapping, Sequence
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
+
+from a3rl import artifacts, ray
 
 CLUSTER_GROUPS = ("head", "workers")
 
@@ -58,12 +64,27 @@ def topology_problems(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str
         else:
             seen_ip[str(ip)] = h
         addr = str(hv.get("ansible_host") or h)
+        problems.extend(npus_per_node_problems(h, hv))
         if addr in seen_addr:
             problems.append(f"{h}: ansible_host {addr} is also used by {seen_addr[addr]}: two "
                             "inventory entries would reach one machine. Fix: correct ansible_host.")
         else:
             seen_addr[addr] = h
     return problems
+
+
+def npus_per_node_problems(host: str, hv: Mapping[str, Any]) -> list[str]:
+    """``npus_per_node``, when set, is a positive whole number (a digit string from the
+    inventory or ``-e`` too). Checked with the inventory, so that a typo is named as such
+    rather than as a device count that does not match."""
+    if "npus_per_node" not in hv:
+        return []
+    value = hv["npus_per_node"]
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.isdigit() or int(text) == 0:
+        return [f"{host}: npus_per_node {value!r} is not a positive whole number. Fix: set "
+                "it to the number of NPUs (/dev/davinciN) of the node, 16 on Atlas A3."]
+    return []
 
 
 def _interfaces(facts: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, Any]]]:
@@ -201,3 +222,166 @@ def os_problems(host: str, facts: Mapping[str, Any], distributions: Sequence[str
                         f"{', '.join(architectures)}). Fix: Atlas A3 nodes are aarch64; check "
                         "that the inventory points at the right machine.")
     return problems
+
+
+# ------------------------------------------------------------------ controller inputs
+# What the later stages read on the controller: the artifact manifest and the files and
+# URLs it names, and the secrets a chosen source needs. Checked here, so that a missing
+# file, a wrong checksum or an unreachable URL is refused before any node changes,
+# rather than by the stage that needs it after earlier stages changed the nodes.
+
+HashCache = dict[str, dict[str, Any]]
+_HASH_CACHE_FILE = "preflight-sha256.json"
+
+
+def cached_sha256(path: str, cache_dir: str | None) -> str:
+    """sha256 of ``path``, remembered by real path, size and mtime in ``cache_dir``, so
+    that a multi-GB archive is read once, not on every preflight. A stale or unreadable
+    cache only costs a re-hash."""
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    key = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    cache: HashCache = {}
+    cache_file = os.path.join(cache_dir, _HASH_CACHE_FILE) if cache_dir else None
+    if cache_file:
+        try:
+            with open(cache_file, encoding="utf-8") as f:
+                cache = json.load(f)
+        except (OSError, ValueError):
+            cache = {}
+        hit = cache.get(real)
+        if isinstance(hit, dict) and {k: hit.get(k) for k in key} == key and hit.get("sha256"):
+            return str(hit["sha256"])
+    digest = artifacts.sha256_file(real)
+    if cache_file:
+        cache[real] = {**key, "sha256": digest}
+        os.makedirs(cache_dir, exist_ok=True)
+        tmp = f"{cache_file}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(cache, f, indent=1, sort_keys=True)
+        os.replace(tmp, cache_file)
+    return digest
+
+
+def url_problem(url: str, timeout: float = 10.0) -> str | None:
+    """None when ``url`` answers (HEAD, or a one-byte GET where HEAD is not allowed);
+    else why not, in a few words."""
+    for method, headers in (("HEAD", {}), ("GET", {"Range": "bytes=0-0"})):
+        req = urllib.request.Request(url, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout):  # noqa: S310 - http(s) only
+                return None
+        except urllib.error.HTTPError as e:
+            if method == "HEAD" and e.code in (403, 405, 501):
+                continue  # some servers refuse HEAD but serve the file
+            return f"HTTP {e.code} {e.reason}"
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            reason = getattr(e, "reason", e)
+            return str(reason) or type(e).__name__
+    return None
+
+
+_FIX_OVERRIDE = ("Fix: correct the entry in a3rl_artifact_overrides (the inventory's "
+                 "group_vars/all.yml) or in a3rl_artifacts.")
+
+
+def _local_git_path(url: str) -> str | None:
+    if url.startswith("file://"):
+        return url[len("file://"):]
+    return url if url.startswith("/") else None
+
+
+def artifact_input_problems(
+    manifest: Mapping[str, Mapping[str, Any]],
+    store: str,
+    offline: bool = False,
+    fetch_on_controller: bool = True,
+    cache_dir: str | None = None,
+    probe: Callable[[str], str | None] = url_problem,
+) -> list[str]:
+    """Problems with the manifest's entries and what they name on the controller.
+
+    Every entry must be well formed (kind, required keys, sha256, a ``dest`` inside the
+    store). An entry the store already holds as the manifest now says (its recorded spec
+    digest matches) was verified when it was fetched and is not looked at again. For the
+    others: a ``path`` must exist, and a single file with a declared ``sha256`` (at its
+    ``path``, or put by hand at ``<store>/<dest>``) must have it; a local git URL must
+    exist; an http URL must answer, unless nothing is fetched from here (``offline``, an
+    air-gapped bundle) or a stager node fetches (``fetch_on_controller`` false).
+    """
+    problems: list[str] = []
+    try:
+        recorded = artifacts.read_manifest(store)["artifacts"] if store else {}
+    except (OSError, ValueError):
+        recorded = {}
+    for name, spec in manifest.items():
+        if not isinstance(spec, Mapping):
+            problems.append(f"controller: artifact {name}: the entry is not a mapping. "
+                            + _FIX_OVERRIDE)
+            continue
+        spec = dict(spec)
+        bad = artifacts.validate(name, spec)
+        if bad:
+            problems.extend(f"controller: {p}" if "Fix:" in p
+                            else f"controller: {p.rstrip('.')}. {_FIX_OVERRIDE}" for p in bad)
+            continue
+        entry = recorded.get(name)
+        if isinstance(entry, Mapping) and entry.get("spec_digest") == artifacts.spec_digest(spec):
+            continue
+        kind, sha = spec["kind"], spec.get("sha256") or ""
+        path = spec.get("path")
+        if kind == "file":
+            by_hand = not path
+            local = str(path) if path else os.path.join(store, str(spec["dest"]))
+            if not os.path.exists(local):
+                if not by_hand:
+                    problems.append(
+                        f"controller: artifact {name}: path {local} does not exist on the "
+                        "controller. Fix: put the file or folder there, or correct `path` in "
+                        "a3rl_artifact_overrides.")
+                continue
+            if sha and os.path.isfile(local):
+                got = cached_sha256(local, cache_dir)
+                if got != sha:
+                    problems.append(
+                        f"controller: artifact {name}: {local} has sha256 {got}, the manifest "
+                        f"says {sha}: the file is damaged or is not the pinned one. Fix: "
+                        "replace the file with the published one, or correct the sha256 in "
+                        "a3rl_artifact_overrides.")
+        elif kind == "git" and not offline and fetch_on_controller:
+            local = _local_git_path(str(spec["url"]))
+            if local is not None and not os.path.exists(local):
+                problems.append(
+                    f"controller: artifact {name}: git url {spec['url']} does not exist on the "
+                    "controller. Fix: correct `url` in a3rl_artifact_overrides.")
+        elif kind == "http" and not offline and fetch_on_controller:
+            why = probe(str(spec["url"]))
+            if why:
+                problems.append(
+                    f"controller: artifact {name}: {spec['url']} cannot be reached from the "
+                    f"controller ({why}). Fix: check the URL, the controller's network and "
+                    "proxy settings, or set a reachable mirror in a3rl_artifact_overrides.")
+    return problems
+
+
+def registry_secret_problems(source: str, username: str, has_password: bool) -> list[str]:
+    """A registry login needs its password; it comes from Vault or the environment, and
+    is only ever passed here as "there is one"."""
+    if source == "registry" and username and not has_password:
+        return [
+            f"controller: cann_image_registry_username is {username!r} but "
+            "cann_image_registry_password is empty or undefined. Fix: put the password in "
+            "Ansible Vault as cann_image_registry_password (ansible-vault encrypt_string) and "
+            "give the run the vault password, or set it from the controller's environment."
+        ]
+    return []
+
+
+def ray_auth_problems(setting: str, version: str) -> list[str]:
+    """``ray_cluster_auth`` against the pinned Ray: token auth asked for with a Ray that has
+    none is refused here, not by the Ray stage at the end of site.yml."""
+    try:
+        ray.auth_mode(setting, version)
+    except ray.RayConfigError as e:
+        return [f"controller: {e}"]
+    return []

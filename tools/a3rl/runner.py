@@ -1,11 +1,13 @@
 """Run a play through ansible-runner and keep a record of it.
 
 Plain ``ansible-playbook`` stays the reference way to run every play; this is the same
-run with its events kept under ``runs/<timestamp>-<play>/`` and a summary at the end.
+run with its events kept under ``runs/<timestamp>-<play>/``, shown live while it runs
+(:mod:`a3rl.progress`) and summarised in ``summary.json`` at the end (:mod:`a3rl.runs`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -13,6 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from a3rl.paths import project_root
 
@@ -27,6 +30,9 @@ class PlayResult:
     stats: dict[str, dict[str, int]] = field(default_factory=dict)
     failures: list[tuple[str, str, str]] = field(default_factory=list)  # host, task, msg
     seconds: float = 0.0
+    # The full log (ansible-playbook's output) and the summary.json written for the run.
+    log: Path | None = None
+    summary: dict = field(default_factory=dict)
 
     @property
     def changed(self) -> int:
@@ -51,12 +57,31 @@ def masked(extravars: dict) -> dict:
 
 
 def equivalent_command(playbook: str, inventory: Path, extravars: dict, check: bool) -> str:
+    """The ``ansible-playbook`` command that runs the same play (secrets masked). A value
+    that is not a string (a list of overrides) goes as JSON, which ``-e`` reads as such."""
     cmd = ["ansible-playbook", playbook, "-i", str(inventory)]
     for k, v in masked(extravars).items():
-        cmd += ["-e", f"{k}={v}"]
+        cmd += ["-e", f"{k}={v}" if isinstance(v, str) else json.dumps({k: v})]
     if check:
         cmd.append("--check")
     return shlex.join(cmd)
+
+
+def _new_record(runs: Path, play: str) -> Path:
+    """runs/<timestamp>-<play>, created here and only here: two runs of one play in the
+    same second (test workers side by side) get -2, -3, ... rather than one folder."""
+    runs.mkdir(parents=True, exist_ok=True, mode=0o700)
+    # Records hold events and variables of the run: readable by the owner only.
+    runs.chmod(0o700)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for n in range(1, 1000):
+        record = runs / (f"{stamp}-{play}" if n == 1 else f"{stamp}-{play}-{n}")
+        try:
+            record.mkdir(mode=0o700)
+            return record
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"no free run record name for {stamp}-{play} under {runs}")
 
 
 def run_play(
@@ -66,16 +91,20 @@ def run_play(
     check: bool = False,
     quiet: bool = False,
     extra_env: dict[str, str] | None = None,
+    display: Any = None,
 ) -> PlayResult:
+    """Run ``playbook`` and record it. ``display`` (from :mod:`a3rl.progress`) is fed every
+    event as it happens; without one, ansible-playbook's own output is printed unless
+    ``quiet``. Whenever ansible-runner returns (a failed or cancelled play included), the
+    record is complete with its ``summary.json``."""
     import ansible_runner  # imported late: `a3rl sim` does not need it
+
+    from a3rl import runs
+    from a3rl.progress import NullDisplay, Tracker
 
     root = project_root()
     extravars = extravars or {}
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    record = root / "runs" / f"{stamp}-{Path(playbook).stem}"
-    # Records hold events and variables of the run: readable by the owner only.
-    record.mkdir(parents=True, exist_ok=True, mode=0o700)
-    record.parent.chmod(0o700)
+    record = _new_record(root / "runs", Path(playbook).stem)
     cmdline = "--check" if check else ""
     # ansible-runner starts `ansible-playbook` from PATH: make it this venv's.
     bindir = str(Path(sys.executable).parent)
@@ -84,43 +113,56 @@ def run_play(
         "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
         # ansible-runner turns host-key checking off unless told otherwise; we never do.
         "ANSIBLE_HOST_KEY_CHECKING": "True",
+        # ansible-runner sets ANSIBLE_CALLBACK_PLUGINS to its own folder, which hides
+        # ansible.cfg's callback_plugins: name ours here (it appends its own after).
+        "ANSIBLE_CALLBACK_PLUGINS": str(root / "plugins" / "callback"),
     }
+    # Ansible caches facts by inventory host name, and inventories reuse names (every
+    # simulated cluster has a node1): one fact cache per inventory.
+    if "ANSIBLE_CACHE_PLUGIN_CONNECTION" not in os.environ:
+        inv_key = hashlib.sha256(str(inventory.resolve()).encode()).hexdigest()[:12]
+        env["ANSIBLE_CACHE_PLUGIN_CONNECTION"] = str(root / ".cache" / "facts" / inv_key)
     # Secret-looking variables reach ansible-playbook through this process's environment:
     # ansible-runner writes the ones it is handed into the record (env/envvars).
     secret_env = {k: v for k, v in (extra_env or {}).items() if _secret(k)}
     env.update({k: v for k, v in (extra_env or {}).items() if not _secret(k)})
-    if not os.isatty(1):
+    # The log file is read, not watched, when a3rl draws the progress itself.
+    if display is not None or not os.isatty(1):
         env["ANSIBLE_NOCOLOR"] = "1"
-    failures: list[tuple[str, str, str]] = []
+    command = equivalent_command(playbook, inventory, extravars, check)
+    (record / "command.txt").write_text(command + "\n")
+    if display is None:
+        display = NullDisplay(Tracker(playbook))
+    else:
+        quiet = True
+    broken: list[str] = []
 
     def on_event(event: dict) -> bool:
-        # A failed loop item carries the message; the task's own event only says that
-        # "one or more items failed".
-        if event.get("event") in ("runner_on_failed", "runner_on_unreachable",
-                                  "runner_item_on_failed"):
-            data = event.get("event_data", {})
-            if not data.get("ignore_errors"):
-                res = data.get("res", {})
-                failures.append((data.get("host", "?"), data.get("task", "?"),
-                                 str(res.get("msg") or res.get("stderr") or res)[:2000]))
+        # The display must never stop the run or lose an event from the record.
+        try:
+            display.event(event)
+        except Exception as exc:  # noqa: BLE001 - reported once, after the run
+            if not broken:
+                broken.append(f"{type(exc).__name__}: {exc}")
         return True
 
     t0 = time.monotonic()
     saved = {k: os.environ.get(k) for k in secret_env}
     os.environ.update(secret_env)
     try:
-        r = ansible_runner.run(
-            private_data_dir=str(record),
-            project_dir=str(root),
-            playbook=playbook,
-            inventory=str(inventory.resolve()),
-            extravars=extravars,
-            cmdline=cmdline or None,
-            envvars=env,
-            quiet=quiet,
-            event_handler=on_event,
-            rotate_artifacts=0,
-        )
+        with display:
+            r = ansible_runner.run(
+                private_data_dir=str(record),
+                project_dir=str(root),
+                playbook=playbook,
+                inventory=str(inventory.resolve()),
+                extravars=extravars,
+                cmdline=cmdline or None,
+                envvars=env,
+                quiet=quiet,
+                event_handler=on_event,
+                rotate_artifacts=0,
+            )
     finally:
         for k, v in saved.items():
             if v is None:
@@ -132,18 +174,27 @@ def run_play(
         if ev.exists():
             ev.write_text(json.dumps(masked(extravars)))
         _scrub_environment(record)
-    result = PlayResult(
+    if broken:
+        print(f"a3rl: the progress display failed ({broken[0]}); the run and its record "
+              "are complete", file=sys.stderr)
+    log = runs.log_path(record)
+    summary = runs.summarize(
+        runs.load_events(record), run=record.name, playbook=playbook, command=command,
+        rc=r.rc, status=r.status, inventory=str(inventory), check=check,
+        extravars=masked(extravars), log=str(log.relative_to(record)) if log else None)
+    runs.write_summary(record, summary)
+    return PlayResult(
         play=playbook,
         rc=r.rc,
         status=r.status,
         record=record,
-        command=equivalent_command(playbook, inventory, extravars, check),
+        command=command,
         stats=r.stats or {},
-        failures=failures,
+        failures=[(f["host"], f["task"], f["msg"]) for f in summary["failures"]],
         seconds=time.monotonic() - t0,
+        log=log,
+        summary=summary,
     )
-    (record / "command.txt").write_text(result.command + "\n")
-    return result
 
 
 def _scrub_environment(record: Path) -> None:

@@ -68,6 +68,11 @@ removed:
   description: Damaged copies removed by this run.
   type: list
   returned: always
+partial:
+  description: Needed paths that hold part of the file, with their size in bytes (where
+    a transfer resumes; the fan-out plans its offsets from them).
+  type: dict
+  returned: always
 incoming_bytes:
   description: Bytes still to arrive.
   type: int
@@ -77,6 +82,8 @@ free_bytes:
   type: int
   returned: always
 """
+
+import os
 
 from ansible.module_utils.a3rl_stage import StageError, check_files
 from ansible.module_utils.basic import AnsibleModule
@@ -101,6 +108,12 @@ def main():
                              stamp_root=p["stamp_root"], reader=p["reader"], host=p["host"])
     except StageError as e:
         module.fail_json(msg=f"{e}")
+    sizes = {f["path"]: int(f["size"]) for f in p["files"]}
+    result["partial"] = {}
+    for rel in [] if p["reader"] else result["needed"]:
+        path = os.path.join(p["root"], rel)
+        if os.path.isfile(path) and 0 < os.path.getsize(path) < sizes[rel]:
+            result["partial"][rel] = os.path.getsize(path)
     module.exit_json(**result)
 
 

@@ -162,6 +162,19 @@ def _ensure_network(cluster: Cluster) -> None:
                 "--label", f"{LABEL}={cluster.name}", cluster.network])
 
 
+# The stand-in hccn_tool's simulated NPU ports (see tools/a3rl/sim/standins/hccn_tool).
+HCCN_KNOBS = {
+    "hccn-ip": "# <device> <address> <netmask>: each NPU port's live address (stand-in "
+               "hccn_tool; -ip -s writes it); none = no address\n",
+    "hccn-link": "# <device> DOWN: that NPU port has no link (stand-in hccn_tool); "
+                 "empty = all UP\n",
+    "hccn-health": "# <device> <net health status>: overrides the stand-in hccn_tool's; "
+                   "empty = Success (Fault without link)\n",
+}
+# Where the stand-in driver installs hccn_tool on a node (the vendor's default path).
+NODE_HCCN_TOOL = "/usr/local/Ascend/driver/tools/hccn_tool"
+
+
 def _write_node_conf(cluster: Cluster, node: Node, npus: int) -> Path:
     knobs = cluster.node_dir(node) / "etc-a3rl-sim"
     knobs.mkdir(parents=True, exist_ok=True)
@@ -169,6 +182,9 @@ def _write_node_conf(cluster: Cluster, node: Node, npus: int) -> Path:
     health = knobs / "npu-health"
     if not health.exists():
         health.write_text("# <npu-id> <Health>, read by the stand-in npu-smi; empty = all OK\n")
+    for knob, header in HCCN_KNOBS.items():
+        if not (knobs / knob).exists():
+            (knobs / knob).write_text(header)
     return knobs
 
 
@@ -287,6 +303,9 @@ def up(
     )
     if healthy:
         log(f"cluster {name!r} is already up with {nodes} node(s): reused")
+        for n in members:
+            _write_node_conf(cluster, n, npus)  # knob files added since the cluster was made
+        _refresh_hccn_tool(cluster, members, log)
     else:
         if current:
             log(f"removing {len(current)} stale container(s) of cluster {name!r}")
@@ -310,7 +329,8 @@ def up(
     overrides = inventory.artifact_overrides(
         upstreams.manifest_overrides(upstreams.build(log)), packages, cann_archive,
         hub_root, _manifest(), os.uname().machine)
-    inventory.write(cluster, members, packages, cann_archive, npus, overrides)
+    inventory.write(cluster, members, packages, cann_archive, npus, overrides,
+                    device_ips=inventory.device_ips(cluster.subnet, members, npus))
     (cluster.state / "cluster.json").write_text(json.dumps(_params(cluster, npus)) + "\n")
     return cluster
 
@@ -324,6 +344,7 @@ def _remove_containers(cluster: Cluster) -> None:
 def down(name: str = DEFAULT_NAME, log: Callable[[str], None] = print) -> None:
     """Remove every container, network and file the cluster ``name`` has; nothing else."""
     cluster = Cluster(name, 0, default_subnet(name))
+    hosts = _inventory_hosts(cluster)
     _remove_containers(cluster)
     for net in podman.networks(f"{LABEL}={name}"):
         podman.run(["network", "rm", "-f", net["name"]])
@@ -331,12 +352,53 @@ def down(name: str = DEFAULT_NAME, log: Callable[[str], None] = print) -> None:
     if inv.exists():
         shutil.rmtree(inv)
     if cluster.state.exists():
-        shutil.rmtree(cluster.state)
-    # Ansible's SSH control sockets for these nodes would point at dead hosts.
-    cp = project_root() / ".cache" / "cp"
-    if cp.exists():
-        shutil.rmtree(cp, ignore_errors=True)
+        # Another `down` of the same name may be removing it too: not an error.
+        shutil.rmtree(cluster.state, onerror=_gone_is_fine)
+    # Ansible's SSH control sockets for these nodes would point at dead hosts (and a new
+    # cluster of the same name reuses the addresses). Only these nodes' sockets: other
+    # clusters' plays may be using theirs right now.
+    for sock in control_sockets(project_root() / ".cache" / "cp", hosts):
+        subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "a3rl-sim"],
+                       capture_output=True, check=False, timeout=10)
+        sock.unlink(missing_ok=True)
     log(f"cluster {name!r} removed")
+
+
+def _gone_is_fine(func, path, exc_info) -> None:
+    if not isinstance(exc_info[1], FileNotFoundError):
+        raise exc_info[1]
+
+
+def _inventory_hosts(cluster: Cluster) -> list[tuple[str, str]]:
+    """(address, user) of each node in the cluster's inventory, if it has one."""
+    import yaml
+
+    path = cluster.inventory_dir / "hosts.yml"
+    if not path.exists():
+        return []
+    gv = cluster.inventory_dir / "group_vars" / "a3_nodes.yml"
+    user = str((yaml.safe_load(gv.read_text()) or {}).get("ansible_user", "root")
+               if gv.exists() else "root")
+    found: list[tuple[str, str]] = []
+    groups = [(yaml.safe_load(path.read_text()) or {}).get("all", {})]
+    while groups:
+        group = groups.pop(0) or {}
+        found += [(str(hv["ansible_host"]), user)
+                  for hv in (group.get("hosts") or {}).values() if hv and hv.get("ansible_host")]
+        groups += list((group.get("children") or {}).values())
+    return found
+
+
+def control_sockets(cp_dir: Path, hosts: list[tuple[str, str]]) -> list[Path]:
+    """Ansible's ControlPath files for these (address, user) pairs: ansible-core names
+    them sha1("<host>-<port>-<user>")[:10], with port None unless the inventory sets it."""
+    out = []
+    for host, user in hosts:
+        for port in (None, 22):
+            digest = hashlib.sha1(f"{host}-{port}-{user}".encode()).hexdigest()[:10]
+            if (cp_dir / digest).exists():
+                out.append(cp_dir / digest)
+    return out
 
 
 def status(name: str = DEFAULT_NAME) -> list[dict]:
@@ -369,3 +431,85 @@ def set_npu_health(name: str, node: str, npu: int, health: str) -> None:
     if health != "OK":
         lines.append(f"{npu} {health}")
     knob.write_text("\n".join(lines) + "\n")
+
+
+def _refresh_hccn_tool(cluster: Cluster, members: list[Node], log: Callable[[str], None]) -> None:
+    """A reused node whose stand-in driver predates the stand-in hccn_tool (or an older
+    copy of it) gets the current one, where the driver package would have put it."""
+    tool = standins.HCCN_TOOL.read_bytes()
+    want = hashlib.sha256(tool).hexdigest()
+    for n in members:
+        have = podman.exec_(n.container, "sh", "-c",
+                            f"test -d {NODE_HCCN_TOOL.rsplit('/', 1)[0]} || exit 3; "
+                            f"sha256sum {NODE_HCCN_TOOL} 2>/dev/null || true", check=False)
+        if have.returncode != 0 or have.stdout.split()[:1] == [want]:
+            continue
+        podman.run(["exec", "-i", n.container, "sh", "-c",
+                    f"cat > {NODE_HCCN_TOOL}.new && chmod 0755 {NODE_HCCN_TOOL}.new && "
+                    f"mv {NODE_HCCN_TOOL}.new {NODE_HCCN_TOOL}"], input=tool)
+        log(f"{n.hostname}: stand-in hccn_tool refreshed in {NODE_HCCN_TOOL}")
+
+
+def _knob_path(name: str, node: str, knob: str) -> Path:
+    knobs = sim_dir() / name / "nodes" / node / "etc-a3rl-sim"
+    if not knobs.is_dir():
+        raise RuntimeError(f"no simulated node {node!r} in cluster {name!r}")
+    return knobs / knob
+
+
+def _set_device_line(name: str, node: str, knob: str, npu: int, value: str | None) -> None:
+    """Replace device ``npu``'s line in a knob file (``value`` None removes it) and bring
+    that port in line at once through the node's stand-in hccn_tool, when it has one."""
+    path = _knob_path(name, node, knob)
+    text = path.read_text() if path.exists() else HCCN_KNOBS.get(knob, "")
+    lines = [ln for ln in text.splitlines()
+             if ln.startswith("#") or not ln.split() or ln.split()[0] != str(npu)]
+    if value is not None:
+        lines.append(f"{npu} {value}")
+    path.write_text("\n".join(lines) + "\n")
+    podman.exec_(f"a3rl-{name}-{node}", "sh", "-c",
+                 f"test -x {NODE_HCCN_TOOL} && {NODE_HCCN_TOOL} -i {npu} -link -g || true",
+                 check=False)
+
+
+def set_npu_link(name: str, node: str, npu: int, up: bool) -> None:
+    """Knob for tests: take NPU port ``npu`` of ``node`` down (pulled cable) or back up."""
+    _set_device_line(name, node, "hccn-link", npu, None if up else "DOWN")
+
+
+def set_npu_net_health(name: str, node: str, npu: int, status: str = "Success") -> None:
+    """Knob for tests: the net health hccn_tool reports for one port (Success restores)."""
+    _set_device_line(name, node, "hccn-health", npu, None if status == "Success" else status)
+
+
+def set_npu_device_ip(name: str, node: str, npu: int, address: str | None,
+                      netmask: str = "255.255.255.0") -> None:
+    """Knob for tests: the address NPU port ``npu`` actually has (None: no address), as if
+    set by hand on the device, past the inventory's plan."""
+    _set_device_line(name, node, "hccn-ip", npu,
+                     None if address is None else f"{address} {netmask}")
+
+
+def reset_npu_ports(name: str, node: str, addresses: list[str],
+                    netmask: str = "255.255.255.0") -> None:
+    """Knob for tests: every NPU port of ``node`` up, healthy, at ``addresses`` (device
+    order), applied at once (one podman exec for the node)."""
+    _knob_path(name, node, "hccn-link").write_text(HCCN_KNOBS["hccn-link"])
+    _knob_path(name, node, "hccn-health").write_text(HCCN_KNOBS["hccn-health"])
+    _knob_path(name, node, "hccn-ip").write_text(
+        HCCN_KNOBS["hccn-ip"] + "".join(f"{d} {a} {netmask}\n" for d, a in enumerate(addresses)))
+    devices = " ".join(str(d) for d in range(len(addresses)))
+    podman.exec_(f"a3rl-{name}-{node}", "sh", "-c",
+                 f"test -x {NODE_HCCN_TOOL} || exit 0; "
+                 f"for d in {devices}; do {NODE_HCCN_TOOL} -i $d -link -g >/dev/null; done",
+                 check=False)
+
+
+def npu_device_ip(name: str, node: str, npu: int) -> tuple[str, str] | None:
+    """The address the knob file gives NPU port ``npu`` of ``node`` (None: none)."""
+    path = _knob_path(name, node, "hccn-ip")
+    for ln in (path.read_text() if path.exists() else "").splitlines():
+        fields = ln.split("#", 1)[0].split()
+        if fields[:1] == [str(npu)] and len(fields) >= 2:
+            return fields[1], (fields[2] if len(fields) > 2 else "255.255.255.0")
+    return None

@@ -8,6 +8,7 @@ Only what differs on the simulator goes into its group_vars, each line saying wh
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,9 +24,28 @@ if TYPE_CHECKING:
 HEADER = "# Written by `a3rl sim up`; rewritten on every up, removed by `a3rl sim down`.\n"
 
 
-def hosts(nodes: list[Node]) -> dict:
+# The simulated NPU ports' addresses: 10.214.<the cluster subnet's third octet>.0/24,
+# node k's device d at host part (k-1) * npus + d + 1. Each cluster has its own bridge,
+# so the ports of two clusters never meet even where these subnets coincide.
+DEVICE_NETMASK = "255.255.255.0"
+
+
+def device_ips(cluster_subnet: str, nodes: list[Node], npus: int) -> dict[str, list[str]]:
+    """The simulator's device-IP plan (``npu_device_ips`` per host), in device order."""
+    third = ipaddress.ip_network(cluster_subnet).network_address.packed[2]
+    if len(nodes) * npus > 254:
+        raise ValueError(f"the simulated NPU subnet holds 254 ports: {len(nodes)} nodes x "
+                         f"{npus} NPUs do not fit")
+    return {n.hostname: [f"10.214.{third}.{k * npus + d + 1}" for d in range(npus)]
+            for k, n in enumerate(nodes)}
+
+
+def hosts(nodes: list[Node], device_plan: Mapping[str, list[str]] | None = None) -> dict:
     def entry(n: Node) -> dict:
-        return {"ansible_host": n.ip, "cluster_ip": n.ip}
+        e = {"ansible_host": n.ip, "cluster_ip": n.ip}
+        if device_plan and n.hostname in device_plan:
+            e["npu_device_ips"] = list(device_plan[n.hostname])
+        return e
 
     return {
         "all": {
@@ -78,6 +98,16 @@ def group_vars(cluster: Cluster, packages: Mapping[str, Path] | None = None,
         # The training job's module: the STAND-IN trainer in the stand-in image, which
         # does everything verl's entrypoint does but the NPU math (a3rl_standin_trainer).
         "train_job_module_override": "a3rl_standin_trainer",
+        # The stand-in NPU ports start without addresses, as new hardware does; the
+        # inventory's plan (npu_device_ips per host) is applied by site.yml.
+        "npu_device_netmask": DEVICE_NETMASK,
+        "npu_network_configure": True,
+        # The all-reduce test's STAND-IN (a timed TCP ring between the nodes, no NPU):
+        # small sizes, and a floor a podman bridge on 2 shared cores clears.
+        "npu_network_bandwidth_args": ["-b", "1M", "-e", "16M", "-f", "2", "-d", "fp32",
+                                       "-o", "sum", "-w", "2", "-n", "5"],
+        "npu_network_bandwidth_min_busbw_gbs": 0.01,
+        "npu_network_bandwidth_timeout": 300,
     }
     for kind, path in packages.items():
         gv[f"npu_driver_{kind}_src"] = str(path)
@@ -131,11 +161,12 @@ def hub_repo(root: Path, spec: Mapping) -> Path:
 
 def write(cluster: Cluster, nodes: list[Node], packages: Mapping[str, Path] | None = None,
           cann_archive: CannArchive | None = None, npus: int = 16,
-          overrides: Mapping | None = None) -> None:
+          overrides: Mapping | None = None,
+          device_ips: Mapping[str, list[str]] | None = None) -> None:
     inv = cluster.inventory_dir
     (inv / "group_vars").mkdir(parents=True, exist_ok=True)
     (inv / "hosts.yml").write_text(
-        HEADER + "---\n" + yaml.safe_dump(hosts(nodes), sort_keys=False, width=1000)
+        HEADER + "---\n" + yaml.safe_dump(hosts(nodes, device_ips), sort_keys=False, width=1000)
     )
     gv = group_vars(cluster, packages, cann_archive, npus)
     # The controller's artifact store of this cluster (fetched into from the stand-ins).

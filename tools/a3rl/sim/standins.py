@@ -3,9 +3,10 @@
 A simulated node has no NPU, so the vendor's packages cannot install there. The roles
 must still be written against the vendor's real interface (file names, options, exit
 codes, the files they leave behind), so these stand-ins reproduce that interface and
-install placeholders plus the stand-in ``npu-smi``. Every generated file says it is a
-STAND-IN in its first lines. ``$A3RL_STANDIN_ROOT`` (empty on a node) prefixes every
-path they read or write; it is a test hook so unit tests can use a temporary root.
+install placeholders plus the stand-in ``npu-smi`` and ``hccn_tool``. Every generated
+file says it is a STAND-IN in its first lines. ``$A3RL_STANDIN_ROOT`` (empty on a node)
+prefixes every path they read or write; it is a test hook so unit tests can use a
+temporary root.
 
 What is taken from public material, and what is guessed
 --------------------------------------------------------
@@ -35,7 +36,8 @@ install logs and Ascend's ascend-deployer):
 * Driver exit codes: 0 installed and hot reset done ("takes effect immediately"), 1
   failed, 2 installed but "Reboot needed for installation/upgrade to take effect!".
 * Files: ``<path>/driver/version.info`` (keys below, from a public 25.3.rc1 file),
-  ``/usr/local/sbin/npu-smi``, ``<path>/driver/script/uninstall.sh``,
+  ``/usr/local/sbin/npu-smi``, ``<path>/driver/tools/hccn_tool``,
+  ``<path>/driver/script/uninstall.sh``,
   ``<path>/firmware/version.info``, ``/etc/ascend_install.info`` (``UserName``,
   ``UserGroup``, ``Driver_Install_Type``, ``Driver_Install_Path_Param``,
   ``Driver_Install_For_All``, ``Driver_Install_Mode``, ``Firmware_Install_Type``,
@@ -87,6 +89,8 @@ Kind = Literal["driver", "firmware"]
 
 STANDIN_DIR = Path(__file__).resolve().parent / "standins"
 NPU_SMI = STANDIN_DIR / "npu-smi"
+# Installed by the driver at <install path>/driver/tools/hccn_tool, as the vendor's is.
+HCCN_TOOL = STANDIN_DIR / "hccn_tool"
 
 # HDK 25.3.RC1, the release the recipe's CANN 8.5.0 image pairs with on A3.
 DEFAULT_DRIVER_VERSION = "25.3.rc1"
@@ -145,7 +149,8 @@ def firmware_version_info(version: str, hdk_version: str = DEFAULT_DRIVER_VERSIO
 def build_driver_run(version: str, out: Path, arch: str = "x86_64") -> Path:
     """Write the stand-in driver package; ``out`` is a folder (vendor name) or a file."""
     files = {"version.info": (driver_version_info(version).encode(), 0o444),
-             "npu-smi": (NPU_SMI.read_bytes(), 0o755)}
+             "npu-smi": (NPU_SMI.read_bytes(), 0o755),
+             "hccn_tool": (HCCN_TOOL.read_bytes(), 0o755)}
     return _build("driver", version, arch, Path(out), files)
 
 
@@ -484,6 +489,7 @@ EOF
         echo "a3rl simulator STAND-IN: placeholder, no libraries" > "$d/lib64/A3RL-STANDIN"
         echo "a3rl simulator STAND-IN: placeholder, no DCMI" > "$ROOT/usr/local/dcmi/A3RL-STANDIN"
         install -D -m 0755 "$here/npu-smi" "$ROOT/usr/local/sbin/npu-smi"
+        install -m 0755 "$here/hccn_tool" "$d/tools/hccn_tool"
         ln -sfn ../sbin/npu-smi "$ROOT/usr/local/bin/npu-smi"
     fi
 }

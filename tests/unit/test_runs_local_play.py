@@ -1,0 +1,90 @@
+"""run_play end to end on the controller itself (a real ansible-runner run of a tiny
+play on localhost, no simulator): the record, summary.json, the display and failures."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+
+import pytest
+
+from a3rl import runner
+from a3rl.progress import PlainDisplay, Tracker
+
+PLAY = """\
+- name: Local | A tiny play
+  hosts: local
+  gather_facts: false
+  tasks:
+    - name: Local | Say hello
+      ansible.builtin.debug:
+        msg: "hello from {{ inventory_hostname }}"
+    - name: Local | Change something
+      ansible.builtin.command: "true"
+      changed_when: true
+    - name: Local | Fail when asked
+      ansible.builtin.fail:
+        msg: "asked to fail: {{ reason | default('') }}"
+      when: fail | default(false) | bool
+"""
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    monkeypatch.setenv("A3RL_PROJECT_DIR", str(tmp_path))
+    (tmp_path / "ansible.cfg").write_text("[defaults]\nstdout_callback = default\n")
+    (tmp_path / "playbooks").mkdir()
+    (tmp_path / "playbooks" / "local.yml").write_text(PLAY)
+    inv = tmp_path / "inventory"
+    inv.write_text(f"[local]\nctl ansible_connection=local "
+                   f"ansible_python_interpreter={sys.executable}\n")
+    return inv
+
+
+def test_a_run_is_recorded_with_its_summary_and_shown_as_it_goes(project):
+    out = io.StringIO()
+    result = runner.run_play("playbooks/local.yml", project, {"reason": "none"},
+                             display=PlainDisplay(out, Tracker("playbooks/local.yml")))
+    assert result.ok and result.changed == 1
+    text = out.getvalue()
+    assert "TASK Local | Say hello" in text and "  ctl: hello from ctl" in text
+    assert "  ctl changed" in text
+    s = json.loads((result.record / "summary.json").read_text())
+    assert s == result.summary
+    assert (s["status"], s["rc"], s["counts"]["changed"], s["counts"]["skipped"]) == (
+        "successful", 0, 1, 1)
+    assert [t["task"] for t in s["tasks"]] == ["Local | Say hello", "Local | Change something",
+                                               "Local | Fail when asked"]
+    assert s["command"] == (f"ansible-playbook playbooks/local.yml -i {project} "
+                            "-e reason=none")
+    assert (result.record / "command.txt").read_text() == s["command"] + "\n"
+    assert result.log and "TASK [Local | Say hello]" in result.log.read_text()
+    assert oct(result.record.stat().st_mode & 0o777) == "0o700"
+
+
+def test_a_failed_run_names_host_task_and_error(project):
+    result = runner.run_play("playbooks/local.yml", project, {"fail": "true", "reason": "test"},
+                             quiet=True)
+    assert not result.ok and result.rc == 2
+    assert result.failures == [("ctl", "Local | Fail when asked", "asked to fail: test")]
+    (f,) = result.summary["failures"]
+    assert f["line"] and "asked to fail: test" in "\n".join(
+        result.log.read_text().splitlines()[f["line"] - 1:f["line"] + 3])
+
+
+def test_a_display_that_breaks_does_not_break_the_run(project, capsys):
+    class Broken:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def event(self, event):
+            raise ValueError("cannot draw")
+
+    result = runner.run_play("playbooks/local.yml", project, display=Broken())
+    assert result.ok and (result.record / "summary.json").exists()
+    assert len(list(result.record.glob("artifacts/*/job_events/*.json"))) > 5
+    assert "the progress display failed (ValueError: cannot draw)" in capsys.readouterr().err
