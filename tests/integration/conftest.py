@@ -23,9 +23,10 @@ if WORKER:
 NODES = 2
 
 # Longest first, so that under --dist loadfile the long modules start at once and the
-# short ones fill in around them (seconds on one worker, measured in CI, 2026-12-01).
-_ORDER = ("test_ray", "test_site", "test_frameworks", "test_data_weights", "test_train",
-          "test_day2", "test_ray_host_mode", "test_cann_image", "test_npu_driver")
+# short ones fill in around them (single-worker times from CI and the helpers' runs, 2026-12-01).
+_ORDER = ("test_ray", "test_faults", "test_site", "test_frameworks", "test_data_weights",
+          "test_bad_input", "test_train", "test_day2", "test_check_mode", "test_ray_host_mode",
+          "test_cann_image", "test_npu_network", "test_npu_driver", "test_fanout", "test_cli")
 
 
 def _rank(item) -> int:
