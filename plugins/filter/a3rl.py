@@ -6,7 +6,19 @@ import functools
 
 from ansible.errors import AnsibleFilterError
 
-from a3rl import conversion, files, images, manifest, npu, plan, preflight, ray, recipe_env, status
+from a3rl import (
+    conversion,
+    files,
+    images,
+    manifest,
+    metrics,
+    npu,
+    plan,
+    preflight,
+    ray,
+    recipe_env,
+    status,
+)
 
 
 def _clear_errors(fn):
@@ -78,4 +90,5 @@ class FilterModule:
             "a3rl_bundle_spec": manifest.bundle_spec,
             "a3rl_patch_strip": manifest.patch_strip,
             "a3rl_checksum_lines": manifest.checksum_lines,
+            "a3rl_progress_line": metrics.progress_line,
         }

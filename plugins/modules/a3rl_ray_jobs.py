@@ -59,6 +59,20 @@ options:
         step and its metrics, parsed from verl's console lines (C(a3rl.metrics.progress)).
     type: bool
     default: false
+  rerun:
+    description:
+      - With C(submit), a job with this id that has ended (succeeded, failed or stopped)
+        is deleted from Ray's job list and submitted again. An active job is never
+        submitted twice.
+    type: bool
+    default: false
+  tail_file:
+    description:
+      - With C(status) and I(progress), keep the log's last lines in this file on the head
+        at every poll, and return them as C(tail) (with C(progress.step) as last seen)
+        when the job's record is gone (the head restarted) or the API does not answer,
+        so that a follow that loses its job can still say where it was.
+    type: path
 """
 
 RETURN = r"""
@@ -82,14 +96,23 @@ progress:
   description: C(step), C(total_steps), C(simulated) and the latest step's C(metrics).
   type: dict
   returned: action=status with progress
+tail:
+  description: The log's last lines (C(logs)); with C(status) and I(tail_file), the ones kept there.
+  type: list
+  returned: action=logs, or action=status with tail_file
 """
 
+import json
+import os
 import time
 
+from ansible.module_utils.a3rl_metrics import progress
 from ansible.module_utils.a3rl_rayjobs import (
+    TERMINAL,
     RayApiError,
     active,
     auth_headers,
+    delete,
     describe,
     job,
     list_jobs,
@@ -97,8 +120,27 @@ from ansible.module_utils.a3rl_rayjobs import (
     stop,
     submit,
 )
-from ansible.module_utils.a3rl_metrics import progress
 from ansible.module_utils.basic import AnsibleModule
+
+TAIL_LINES = 30
+
+
+def keep_tail(path, text, where):
+    """Replace ``path`` with the log's last lines and the progress seen with them."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"tail": text.splitlines()[-TAIL_LINES:], "progress": where}, f)
+    os.replace(tmp, path)
+
+
+def kept_tail(path):
+    """What :func:`keep_tail` last kept, or empty when nothing was."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        return data.get("tail") or [], data.get("progress") or {}
+    except (OSError, ValueError, AttributeError):
+        return [], {}
 
 
 def main():
@@ -116,14 +158,21 @@ def main():
             "wait": {"type": "int", "default": 60},
             "reachable_only": {"type": "bool", "default": False},
             "progress": {"type": "bool", "default": False},
+            "tail_file": {"type": "path"},
+            "rerun": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
     p = module.params
     headers = auth_headers(p["token_env_file"])
+    keeps_tail = p["action"] == "status" and p["progress"] and p["tail_file"]
     try:
         jobs = list_jobs(p["url"], headers)
     except RayApiError as e:
+        if keeps_tail:
+            tail, where = kept_tail(p["tail_file"])
+            module.fail_json(msg=f"the Ray job API on the head does not answer ({e})",
+                             reachable=False, tail=tail, progress=where)
         if p["reachable_only"]:
             module.exit_json(changed=False, reachable=False, error=str(e), jobs=[], active=[],
                              stopped=[])
@@ -140,7 +189,13 @@ def main():
         if p["action"] == "status":
             record = job(p["url"], headers, one) or {}
             if p["progress"] and record:
-                result["progress"] = progress(logs(p["url"], headers, one))
+                text = logs(p["url"], headers, one)
+                result["progress"] = progress(text)
+                if keeps_tail:
+                    keep_tail(p["tail_file"], text, result["progress"])
+                    result["tail"] = text.splitlines()[-TAIL_LINES:]
+            elif keeps_tail:
+                result["tail"], result["progress"] = kept_tail(p["tail_file"])
             module.exit_json(changed=False, job=record, **result)
         if p["action"] == "logs":
             text = logs(p["url"], headers, one)
@@ -154,6 +209,14 @@ def main():
             if not p["entrypoint"]:
                 module.fail_json(msg="action submit needs entrypoint")
             existing = job(p["url"], headers, one)
+            if existing is not None and p["rerun"] and existing.get("status") in TERMINAL:
+                result["rerun_of"] = existing
+                if module.check_mode:
+                    module.exit_json(changed=True, submitted=False, job=existing, **result)
+                if not delete(p["url"], headers, one):
+                    module.fail_json(msg=f"Ray did not delete the ended job {one}, so it "
+                                         "cannot be submitted again", **result)
+                existing = None
             if existing is not None or module.check_mode:
                 module.exit_json(changed=existing is None, submitted=False,
                                  job=existing or {}, **result)
@@ -162,6 +225,8 @@ def main():
             module.exit_json(changed=got["submitted"], submitted=got["submitted"],
                              job=got["job"], **result)
     except RayApiError as e:
+        if keeps_tail:
+            result["tail"], result["progress"] = kept_tail(p["tail_file"])
         module.fail_json(msg=str(e), **result)
     ids = p["submission_ids"] or [j.get("submission_id") for j in running]
     ids = [i for i in ids if i and i in {j.get("submission_id") for j in running}]

@@ -74,6 +74,12 @@ def jobs(sim: cluster.Cluster) -> list[dict]:
     return json.loads(out.stdout) if out.returncode == 0 else []
 
 
+def job_log(sim: cluster.Cluster, ident: str) -> str:
+    out = podman.exec_(sim.members()[0].container, "curl", "-sf", "-m", "5",
+                       f"http://127.0.0.1:8260/api/jobs/{ident}/logs", check=False)
+    return json.loads(out.stdout).get("logs", "") if out.returncode == 0 else ""
+
+
 def wait_for(what: str, check: Callable[[], object], timeout: float, every: float = 2.0):
     """``check()``'s first truthy value within ``timeout`` seconds, or an AssertionError."""
     deadline = time.monotonic() + timeout
@@ -210,7 +216,10 @@ def test_ray_head_killed_during_a_job(provisioned, intact, record_property):
     job = wait_for("the job running", lambda: next(
         (j for j in jobs(sim) if j.get("status") == "RUNNING"
          and "trainer.total_training_steps=20" in j.get("entrypoint", "")), None), 180)
-    time.sleep(6)  # a few steps logged
+    # A step logged, and a poll of the follow (every 2 s) after it, so its kept tail has it.
+    wait_for("a step in the job's log", lambda: "step:" in job_log(sim, job["submission_id"]),
+             180)
+    time.sleep(6)
     t0 = time.monotonic()
     podman.exec_(sim.members()[0].container, "docker", "exec", CONTAINER,
                  "pkill", "-9", "-f", "gcs_server")
@@ -227,11 +236,6 @@ def test_ray_head_killed_during_a_job(provisioned, intact, record_property):
     assert assets(sim) == intact
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known defect, roles/train_job follow.yml and a3rl_ray_jobs (not this suite's): when the "
-    "head restarts the job's record is gone, status returns {} and the follow polls until "
-    "train_job_timeout, then fails with 'Action failed: Unknown error', without the job id "
-    "or its last log lines"))
 def test_ray_head_killed_the_play_names_the_job_and_its_last_lines(record_property):
     expected = "the failure names the job id and quotes its last log lines"
     row(record_property, "fault", "the Ray head killed during a training job: the message",

@@ -24,7 +24,7 @@ from a3rl.sim import cluster, podman
 from .conftest import failure_text, play
 
 PLAY = "playbooks/npu_network.yml"
-TRAIN_PLAY = "PLAY [Train | Plan, check, submit and follow the run]"
+TRAIN_PLAY = "PLAY [Train | Submit, follow, stop or report the run]"
 TOOL = cluster.NODE_HCCN_TOOL
 
 
@@ -159,16 +159,17 @@ def test_training_refuses_to_submit_on_a_broken_network(restore):
     assert "node1: NPU device 2: link is DOWN" in text
     assert "-e npu_network_check=false" in text
     assert TRAIN_PLAY not in _log(refused)  # the training play never started
-    # Skipping the check on purpose reaches the training play; an unknown algorithm stops it
-    # at its argument check, so nothing is submitted here either.
+    # Skipping the check on purpose reaches the training play and submits (a plan of its
+    # own, not followed), which is then stopped.
+    own = {"algo": "grpo", "overrides": ["trainer.total_training_steps=3"]}
     skipped = play("playbooks/train.yml", sim.inventory_dir,
-                   extravars={"algo": "no-such-algo", "npu_network_check": False})
-    assert not skipped.ok
+                   extravars={**own, "npu_network_check": False, "follow": False})
+    assert skipped.ok, failure_text(skipped)
     log = _log(skipped)
     assert "the NPU network is not checked (npu_network_check=false)" in log
-    assert TRAIN_PLAY in log
-    assert "no-such-algo" in failure_text(skipped)
-    assert "link is DOWN" not in failure_text(skipped)
+    assert TRAIN_PLAY in log and " submitted" in log
+    stopped = play("playbooks/train.yml", sim.inventory_dir, extravars={**own, "action": "stop"})
+    assert stopped.ok, failure_text(stopped)
 
 
 def _record(result) -> Path:

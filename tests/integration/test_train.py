@@ -102,6 +102,15 @@ def test_no_second_submit_while_running_then_stop(up):
     assert state[ident] == "STOPPED"
     status = play(TRAIN, up.inventory_dir, extravars={**args, "action": "status"})
     assert status.ok and status.changed == 0
+    # An ended job is submitted again only when asked, under the same id.
+    rerun = play(TRAIN, up.inventory_dir, extravars={**args, "rerun": True})
+    assert rerun.ok and rerun.changed > 0, failure_text(rerun)
+    state = {j["submission_id"]: j["status"] for j in _jobs(up)}
+    assert state[ident] in ("PENDING", "RUNNING")
+    assert sum(j.get("submission_id") == ident for j in _jobs(up)) == 1
+    again = play(TRAIN, up.inventory_dir, extravars={**args, "rerun": True})
+    assert again.ok and again.changed == 0  # active: never submitted twice
+    assert play(TRAIN, up.inventory_dir, extravars={**args, "action": "stop"}).ok
 
 
 def test_a_failing_job_fails_the_play_with_its_id_and_last_lines(up):

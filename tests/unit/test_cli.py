@@ -147,6 +147,8 @@ def test_bad_input_is_refused_before_any_play_runs(project, capsys, tmp_path):
       "train_job_poll": "1"}),
     (["train", "--algo", "grpo", "--action", "stop"], "playbooks/train.yml",
      {"algo": "grpo", "action": "stop"}),
+    (["train", "--algo", "grpo", "--rerun"], "playbooks/train.yml",
+     {"algo": "grpo", "action": "submit", "rerun": "true"}),
     (["clean-cache", "--batch", "2", "--force"], "playbooks/cache_clean.yml",
      {"cache_clean_batch": "2", "force": "true"}),
     (["down", "--purge", "image,data"], "playbooks/teardown.yml", {"purge": "image,data"}),

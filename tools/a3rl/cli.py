@@ -239,6 +239,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         extra["features"] = ",".join(args.feature)
     if args.no_follow:
         extra["follow"] = "false"
+    if args.rerun:
+        extra["rerun"] = "true"
     if args.override:
         extra["overrides"] = list(args.override)
     if args.poll:
@@ -428,6 +430,8 @@ def parser() -> argparse.ArgumentParser:
     train.add_argument("--action", default="submit", choices=["submit", "stop", "status"])
     train.add_argument("--no-follow", action="store_true",
                        help="return once the job is submitted")
+    train.add_argument("--rerun", action="store_true",
+                       help="submit the plan's job again when it has ended (never an active one)")
     train.add_argument("--poll", type=int, default=None,
                        help="seconds between the job's state checks while following")
     _play_options(train)

@@ -108,6 +108,14 @@ def submit(base: str, headers: dict, submission_id: str, entrypoint: str,
     return {"submitted": True, "job": job(base, headers, submission_id) or {}}
 
 
+def delete(base: str, headers: dict, submission_id: str) -> bool:
+    """Remove an ended job's record and log from Ray (Ray refuses an active job), so that
+    its submission id can be used again; True when Ray says it was deleted."""
+    got = request(f"{base.rstrip('/')}/api/jobs/{submission_id}", method="DELETE",
+                  headers=headers)
+    return bool(isinstance(got, dict) and got.get("deleted"))
+
+
 def logs(base: str, headers: dict, submission_id: str) -> str:
     got = request(f"{base.rstrip('/')}/api/jobs/{submission_id}/logs", headers=headers,
                   timeout=60)
