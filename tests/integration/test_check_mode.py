@@ -137,5 +137,7 @@ def test_site_check_mode_on_a_fresh_cluster_reports_what_it_would_do(fresh, reco
                                "-newer", "/run/a3rl-test-marker").stdout.split()
     assert new_in_root in ([], ["/root/.ansible"]), new_in_root
     assert podman.exec_(node, "sh", "-c", "command -v docker || true").stdout.strip() == ""
+    # Nor on the controller: the artifact store (its folder, its lock) is not created.
+    assert not (fresh.state / "store").exists()
     assert podman.exec_(node, "test", "-e", "/usr/local/Ascend/driver/version.info",
                         check=False).returncode != 0

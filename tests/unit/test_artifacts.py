@@ -201,6 +201,8 @@ def test_check_mode_fetches_nothing(tmp_path, upstream):
     r = artifacts.ensure(str(store), "fw", git_spec(upstream), check=True)
     assert r["action"] == "would_fetch" and r["changed"]
     assert not (store / "manifest.json").exists() and not (store / "git").exists()
+    # A store that does not exist yet is not created (nor its lock file) by a check.
+    assert not store.exists()
 
 
 def test_submodule_url_resolution():

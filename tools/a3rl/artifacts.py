@@ -116,9 +116,15 @@ def validate(name: str, spec: dict[str, Any]) -> list[str]:
 
 
 @contextlib.contextmanager
-def locked(store: str) -> Iterator[None]:
+def locked(store: str, create: bool = True) -> Iterator[None]:
+    """Hold the store's lock. ``create=False`` (check mode) leaves a store that has no lock
+    file yet as it is - not created, not locked: there is nothing in it to protect."""
+    lock_path = os.path.join(store, ".lock")
+    if not create and not os.path.exists(lock_path):
+        yield
+        return
     os.makedirs(store, exist_ok=True)
-    with open(os.path.join(store, ".lock"), "w") as lock:
+    with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
@@ -703,7 +709,7 @@ def ensure(
     if problems:
         raise ArtifactError(" ".join(problems))
     digest = spec_digest(spec)
-    with locked(store):
+    with locked(store, create=not check):
         manifest = read_manifest(store)
         entry = manifest["artifacts"].get(name)
         why = None

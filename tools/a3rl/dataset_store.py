@@ -72,7 +72,7 @@ def ensure(store: str, name: str, spec: dict[str, Any], check: bool = False) -> 
     dest = str(spec.get("dest") or "")
     if not dest or dest.startswith("/") or ".." in dest.split("/"):
         raise DatasetError(f"dataset {name}: dest {dest!r} must be a relative folder.")
-    with artifacts.locked(store):
+    with artifacts.locked(store, create=not check):
         manifest = artifacts.read_manifest(store)
         source = manifest["artifacts"].get(spec.get("source", ""))
         if source is None and check:
