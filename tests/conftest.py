@@ -3,7 +3,19 @@ pytest-xdist controller loads only the conftests of the folders it is given and 
 parents, and the reliability report must be written by the controller however the suite
 is started (`pytest`, `pytest tests`, `pytest tests/unit tests/integration`)."""
 
-from .integration.reliability_plugin import (  # noqa: F401 - registered as hooks
-    pytest_runtest_logreport,
-    pytest_sessionfinish,
-)
+from . import timing_plugin
+from .integration import reliability_plugin
+from .integration.reliability_plugin import pytest_sessionfinish  # noqa: F401 - a hook
+
+
+def pytest_runtest_logreport(report):
+    reliability_plugin.pytest_runtest_logreport(report)
+    timing_plugin.record(report)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if hasattr(terminalreporter.config, "workerinput"):  # the controller prints
+        return
+    terminalreporter.section("seconds per worker and module")
+    for line in timing_plugin.summary_lines():
+        terminalreporter.write_line(line)
