@@ -18,20 +18,38 @@ def events(record: Path) -> list[dict]:
 
 
 def task_walls(record: Path) -> list[dict]:
-    """One row per task run (play, task, seconds, hosts), slowest first."""
-    spans: dict[str, dict] = {}
+    """One row per task (play, task, seconds, hosts), slowest first.
+
+    A task's wall time is from its first host's start to its last host's end, per run of
+    the task: a play with ``serial`` runs each task once per batch (one task-start event
+    each), and the time between two batches belongs to the other tasks, so the task's
+    seconds are the sum of its batches' spans.
+    """
+    spans: dict[tuple[str, int], dict] = {}
+    runs: dict[str, int] = {}
     for e in events(record):
         d = e.get("event_data", {})
+        key = d.get("task_uuid") or d.get("task", "")
+        if e.get("event") == "playbook_on_task_start":
+            runs[key] = runs.get(key, 0) + 1
+            continue
         if not e.get("event", "").startswith("runner_on_") or "start" not in d or "end" not in d:
             continue
         start, end = datetime.fromisoformat(d["start"]), datetime.fromisoformat(d["end"])
-        row = spans.setdefault(d.get("task_uuid") or d.get("task", ""),
-                               {"play": d.get("play", ""), "task": d.get("task", ""),
+        row = spans.setdefault((key, runs.get(key, 0)),
+                               {"key": key, "play": d.get("play", ""), "task": d.get("task", ""),
                                 "start": start, "end": end, "hosts": set()})
         row["start"], row["end"] = min(row["start"], start), max(row["end"], end)
         row["hosts"].add(d.get("host"))
-    rows = [{"play": r["play"], "task": r["task"], "hosts": len(r["hosts"]),
-             "seconds": (r["end"] - r["start"]).total_seconds()} for r in spans.values()]
+    tasks: dict[str, dict] = {}
+    for r in spans.values():
+        t = tasks.setdefault(r["key"], {"play": r["play"], "task": r["task"], "hosts": set(),
+                                        "seconds": 0.0, "batches": 0})
+        t["seconds"] += (r["end"] - r["start"]).total_seconds()
+        t["hosts"] |= r["hosts"]
+        t["batches"] += 1
+    rows = [{"play": t["play"], "task": t["task"], "hosts": len(t["hosts"]),
+             "batches": t["batches"], "seconds": t["seconds"]} for t in tasks.values()]
     return sorted(rows, key=lambda r: -r["seconds"])
 
 

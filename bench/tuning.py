@@ -9,7 +9,8 @@ so each row isolates one choice:
 * ``no-pipelining``: ANSIBLE_PIPELINING=False (modules copied over SFTP, then run)
 * ``no-controlpersist``: a new SSH connection per task (no ControlMaster/ControlPersist)
 * ``forks-1``: one host at a time (ansible.cfg sizes forks to the largest inventory)
-* ``strategy-free``: hosts do not wait for each other between tasks
+* ``strategy-free``: hosts do not wait for each other between tasks (a variant the plays
+  cannot run under is reported with its first failure, and not repeated)
 * ``gathering-smart``: facts gathered once per host and then read from the fact cache
 
     .venv/bin/python bench/tuning.py [--nodes 4] [--runs 2] [--variants ...]
@@ -18,6 +19,7 @@ so each row isolates one choice:
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 
 from a3rl.runner import run_play
@@ -49,24 +51,43 @@ def main() -> int:
         if not first.ok:
             raise SystemExit(f"site.yml failed on the fresh cluster: {first.record}")
         times: dict[str, list[float]] = {v: [] for v in variants}
+        # CPU seconds of the controller's processes (ansible-playbook and its forks, all
+        # waited for): set beside the wall time, it shows how much of a run is the
+        # controller's own work on these 2 cores (the nodes' work is the rest).
+        cpu: dict[str, list[float]] = {v: [] for v in variants}
+        failed: dict[str, str] = {}
         for _ in range(a.runs):
-            for v in variants:
+            for v in [v for v in variants if v not in failed]:
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 r = run_play("site.yml", c.inventory_dir, quiet=True, extra_env=VARIANTS[v])
-                if not r.ok or r.changed:
-                    raise SystemExit(f"{v}: site.yml was not a passing no-op "
-                                     f"(rc={r.rc}, changed={r.changed}): {r.record}")
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                if r.changed:
+                    raise SystemExit(f"{v}: site.yml was not a no-op "
+                                     f"(changed={r.changed}): {r.record}")
+                if not r.ok:
+                    # A setting the plays cannot run under is a finding, not a crash.
+                    host, task, msg = (r.failures or [("?", "?", f"rc {r.rc}")])[0]
+                    failed[v] = f"fails: {host} | {task} | {msg[:160]}"
+                    print(f"  {v:18} {failed[v]}", flush=True)
+                    continue
                 times[v].append(r.seconds)
-                print(f"  {v:18} {r.seconds:6.1f} s", flush=True)
+                cpu[v].append(after.ru_utime + after.ru_stime
+                              - before.ru_utime - before.ru_stime)
+                print(f"  {v:18} {r.seconds:6.1f} s, controller CPU {cpu[v][-1]:6.1f} s",
+                      flush=True)
     finally:
         if not a.keep:
             cluster.down(NAME, log=lambda _m: None)
     base = statistics.median(times["project"])
     print(f"\nno-op site.yml on {a.nodes} nodes, median of {a.runs} (variants interleaved); "
           f"first run {first.seconds:.0f} s")
-    print(f"{'variant':18} {'seconds':>8} {'vs project':>10}")
+    print(f"{'variant':18} {'seconds':>8} {'vs project':>10} {'controller CPU s':>16}")
     for v in variants:
+        if v in failed:
+            print(f"{v:18} {failed[v]}")
+            continue
         m = statistics.median(times[v])
-        print(f"{v:18} {m:>8.1f} {m / base:>10.2f}")
+        print(f"{v:18} {m:>8.1f} {m / base:>10.2f} {statistics.median(cpu[v]):>16.1f}")
     return 0
 
 
