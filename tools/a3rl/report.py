@@ -174,7 +174,7 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
     lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     return lines
@@ -232,7 +232,7 @@ def _markdown(run_dir: Path, plan: Mapping[str, Any] | None, steps: Sequence[dic
         state += f" ({status['message']})"
     steps_text = (f"{s['count']} (steps {s['first_step']} to {s['last_step']})"
                   if s["count"] else "none")
-    out += _table(["", ""], [
+    out += markdown_table(["", ""], [
         ["submission id", f"`{sid}`"],
         ["job state", state],
         ["started", _when(status.get("start_time")) or "-"],
@@ -247,7 +247,7 @@ def _markdown(run_dir: Path, plan: Mapping[str, Any] | None, steps: Sequence[dic
         if facts.get("nodes"):
             cluster = (f"{facts['nodes']} nodes, {facts['cards']} cards "
                        f"({facts['devices']} NPU devices)")
-        out += _table(["", ""], [
+        out += markdown_table(["", ""], [
             ["algorithm", facts.get("algo") or "-"],
             ["model", facts.get("model") or "-"],
             ["weights", facts.get("weights") or "-"],
@@ -266,10 +266,10 @@ def _markdown(run_dir: Path, plan: Mapping[str, Any] | None, steps: Sequence[dic
                    "(`step:N - key:value - ...`). See the job's log in this folder.")
     else:
         keys = [k for k in KEY_METRICS if any(k in st for st in steps)]
-        out += _table(["step", *keys], ([st["step"], *(_fmt(st.get(k)) for k in keys)]
+        out += markdown_table(["step", *keys], ([st["step"], *(_fmt(st.get(k)) for k in keys)]
                                         for st in steps))
         out += ["", "First step and mean over the steps (nan and inf left out of the mean):", ""]
-        out += _table(["metric", "first step", "mean"],
+        out += markdown_table(["metric", "first step", "mean"],
                       ([k, _fmt(s["first"].get(k)), _fmt(s["mean"].get(k))] for k in keys))
         out += ["", "Every metric verl logged is in `metrics.jsonl`."]
 
@@ -290,7 +290,7 @@ def _markdown(run_dir: Path, plan: Mapping[str, Any] | None, steps: Sequence[dic
                 return "not comparable (simulated)"
             return f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
 
-        out += _table(
+        out += markdown_table(
             ["metric", "conditions", "step", "cluster", "ours", "published",
              "ratio (ours / published)", "notes"],
             ([r["metric"], r["conditions"] or "not stated",

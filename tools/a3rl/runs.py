@@ -17,7 +17,7 @@ import datetime
 import json
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from a3rl.progress import (
     iso_time,
     replay,
 )
+from a3rl.report import markdown_table
 
 SUMMARY_NAME = "summary.json"
 REPORT_NAME = "report.md"
@@ -392,16 +393,6 @@ def resolve(runs_dir: Path, name: str) -> Path:
 # ---- the report ----------------------------------------------------------------------
 
 
-def _cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
-    lines += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows]
-    return lines
-
-
 def _secs(s: Any) -> str:
     return human_seconds(s) if isinstance(s, int | float) else "-"
 
@@ -411,7 +402,7 @@ def markdown(record: Path, s: dict[str, Any], slowest: int = 15) -> str:
     counts = s.get("counts") or {}
     out = [f"# Run {s.get('run') or record.name}", ""]
     state = f"{s.get('status')} (rc {s.get('rc')})"
-    out += _table(["", ""], [
+    out += markdown_table(["", ""], [
         ["play", f"`{s.get('playbook')}`" + (" (check mode)" if s.get("check") else "")],
         ["status", state],
         ["started", (s.get("started") or "-").replace("T", " ").replace("+00:00", " UTC")],
@@ -424,7 +415,7 @@ def markdown(record: Path, s: dict[str, Any], slowest: int = 15) -> str:
         ["full log", f"[{s['log']}]({s['log']})" if s.get("log") else "-"],
     ])
     out += ["", "## Hosts", ""]
-    out += _table(["host", "ok", "changed", "failed", "unreachable", "skipped", "tasks",
+    out += markdown_table(["host", "ok", "changed", "failed", "unreachable", "skipped", "tasks",
                    "busy", "first start", "last end"],
                   ([h, v["ok"], v["changed"], v["failed"], v["unreachable"], v["skipped"],
                     v["tasks"], _secs(v["busy_seconds"]), _secs(v["first"]), _secs(v["last"])]
@@ -432,13 +423,13 @@ def markdown(record: Path, s: dict[str, Any], slowest: int = 15) -> str:
     failures = s.get("failures") or []
     if failures:
         out += ["", "## Failures", ""]
-        out += _table(["host", "task", "error", "log line"],
+        out += markdown_table(["host", "task", "error", "log line"],
                       ([f["host"], f["task"] + (f" [{f['item']}]" if f.get("item") else ""),
                         f["msg"][:600], f.get("line") or "-"] for f in failures))
     out += ["", "## Timeline", "", f"![timeline per host]({TIMELINE_NAME})", ""]
     plays = s.get("plays") or []
     if plays:
-        out += _table(["play", "hosts", "start", "duration"],
+        out += markdown_table(["play", "hosts", "start", "duration"],
                       ([p["play"], p["pattern"], _secs(p["start"]),
                         _secs((p["end"] or 0) - (p["start"] or 0))] for p in plays))
         out.append("")
@@ -448,7 +439,7 @@ def markdown(record: Path, s: dict[str, Any], slowest: int = 15) -> str:
         hosts = sorted(s.get("hosts") or {})
         out += [f"Slowest tasks (wall time across hosts, then each host's; {len(tasks)} of "
                 f"{len(s.get('tasks') or [])}):", ""]
-        out += _table(["task", "role", "wall", *hosts],
+        out += markdown_table(["task", "role", "wall", *hosts],
                       ([t["task"], t["role"] or "-", _secs(t["seconds"]),
                         *(f"{_secs(t['hosts'][h]['seconds'])} {t['hosts'][h]['status']}"
                           if h in t["hosts"] else "-" for h in hosts)] for t in tasks))
@@ -457,7 +448,7 @@ def markdown(record: Path, s: dict[str, Any], slowest: int = 15) -> str:
         out += ["", "## Transfers", "",
                 "Bytes as the plays report them: the artifact store's files counted as each "
                 "one completes, and large single-file copies.", ""]
-        out += _table(["host", "task", "kind", "files", "bytes", "seconds", "rate"],
+        out += markdown_table(["host", "task", "kind", "files", "bytes", "seconds", "rate"],
                       ([t["host"], t["task"], t["kind"],
                         f"{t['files']}/{t['files_total']}" if t.get("files_total")
                         else t["files"],
