@@ -48,7 +48,8 @@ def _ray_members(sim: cluster.Cluster) -> list[tuple[str, float]]:
 PLAYS: dict[str, tuple[str, dict, bool]] = {
     "train.yml -e action=status": (TRAIN, {"algo": "grpo", "action": "status"}, False),
     "train.yml -e action=stop": (TRAIN, {"algo": "grpo", "action": "stop"}, False),
-    "cache_clean.yml": ("playbooks/cache_clean.yml", {}, False),
+    # With a cache seeded on a node (below): the clean would remove it.
+    "cache_clean.yml": ("playbooks/cache_clean.yml", {}, True),
     "status.yml": ("playbooks/status.yml", {}, False),
     # (ray.yml's start is site.yml's last stage; restart is stop, then start.)
     "ray.yml -e ray_action=restart": (RAY, {"ray_action": "restart"}, True),
@@ -67,17 +68,31 @@ def test_check_mode_on_the_provisioned_cluster_changes_nothing(provisioned, reco
     row(record_property, "check_mode", f"{name} (provisioned cluster)", expected)
     members = _ray_members(provisioned)
     assert len(members) == provisioned.nodes
-    before = mark(provisioned)
-    result = play(playbook, provisioned.inventory_dir, extravars=extravars, check=True)
-    row(record_property, "check_mode", f"{name} (provisioned cluster)", expected,
-        observed=f"rc {result.rc}, changed={result.changed}, {result.seconds:.0f} s")
-    assert result.ok, failure_text(result)
-    if would_change:
-        assert result.changed > 0, "check mode did not report what it would change"
-    else:
-        assert result.changed == 0, result.stats.get("changed")
-    assert snapshot(provisioned) == before
-    assert _ray_members(provisioned) == members
+    seeded = name == "cache_clean.yml"
+    node = provisioned.members()[-1].container
+    if seeded:
+        podman.exec_(node, "sh", "-c", _SEED)
+    try:
+        before = mark(provisioned)
+        result = play(playbook, provisioned.inventory_dir, extravars=extravars, check=True)
+        row(record_property, "check_mode", f"{name} (provisioned cluster)", expected,
+            observed=f"rc {result.rc}, changed={result.changed}, {result.seconds:.0f} s")
+        assert result.ok, failure_text(result)
+        if would_change:
+            assert result.changed > 0, "check mode did not report what it would change"
+        else:
+            assert result.changed == 0, result.stats.get("changed")
+        assert snapshot(provisioned) == before
+        assert _ray_members(provisioned) == members
+        if seeded:
+            assert podman.exec_(node, "cat", "/root/atc_data/op.o").stdout == "compiled\n"
+    finally:
+        if seeded:
+            podman.exec_(node, "rm", "-rf", "/root/atc_data")
+
+
+# A compiled-operator cache on the last node, for cache_clean.yml's case.
+_SEED = "mkdir -p /root/atc_data && echo compiled > /root/atc_data/op.o"
 
 
 def _changed_by_play(result) -> dict[str, set[str]]:

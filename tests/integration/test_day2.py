@@ -49,6 +49,12 @@ def _seed(node: str) -> None:
                        "head -c 2000 /dev/zero > /root/.cache/torch/k && echo x > /root/atc_data/z")
 
 
+def _unseed(node: str) -> None:
+    """Remove what _seed put there, so the modules after this one find no caches."""
+    sh(node, "rm -rf " + " ".join(CACHES) + f" /root/keep {WORKDIR}/kernel_meta_not_a_cache")
+    in_container(node, "rm -rf /root/.cache /root/atc_data")
+
+
 def _listing(node: str) -> tuple[str, str]:
     host = sh(node, f"find {WORKDIR} -maxdepth 1 | sort; find /root -maxdepth 2 | sort")
     cont = in_container(node, "find /root -maxdepth 2 | sort")
@@ -102,12 +108,15 @@ def test_cache_clean_removes_exactly_the_cache_set_one_node_at_a_time(up):
 def test_hostile_cache_paths_are_refused_and_nothing_removed(up, value):
     node = up.members()[0].container
     _seed(node)
-    before = _listing(node)
-    result = play("playbooks/cache_clean.yml", up.inventory_dir,
-                  extravars={"cache_clean_paths": ["/root/.cache", value]})
-    assert not result.ok
-    assert "Nothing was removed" in failure_text(result), failure_text(result)
-    assert _listing(node) == before
+    try:
+        before = _listing(node)
+        result = play("playbooks/cache_clean.yml", up.inventory_dir,
+                      extravars={"cache_clean_paths": ["/root/.cache", value]})
+        assert not result.ok
+        assert "Nothing was removed" in failure_text(result), failure_text(result)
+        assert _listing(node) == before
+    finally:
+        _unseed(node)
 
 
 def test_a_cache_path_that_is_a_symlink_is_refused(up):
