@@ -4,6 +4,8 @@ every node are as before) and ``site.yml`` converges again.
 
 - The Ray head killed while a training job runs: the training play fails naming the job
   and its last log lines; Ray comes back (systemd) and ``ray.yml`` finds the cluster whole.
+- The head's API not up after a start: the role restarts the head once more and goes
+  on; when it stays down, the play fails at once on every node, naming the head.
 - A node powered off in the middle of ``site.yml`` (``podman stop``): the play names it.
   Powered on again (a cold reboot), Ray and the training container come back by
   themselves, with no Ansible; the next ``site.yml`` finishes what the interrupted one
@@ -246,6 +248,71 @@ def test_ray_head_killed_the_play_names_the_job_and_its_last_lines(record_proper
     row(record_property, "fault", "the Ray head killed during a training job: the message",
         expected, observed=text[-300:])
     assert HEAD_KILL["ident"] in text and "Last log lines" in text and "step:" in text, text
+
+
+# The head's API (Ray's dashboard, 127.0.0.1:8260) unreachable on the head, as when Ray
+# came up without its dashboard on a node too loaded to start one within Ray's 20 s: a
+# REJECT rule on the loopback, which the test lifts (or not) to decide how the fault ends.
+_API_BLOCK = ("OUTPUT", "-o", "lo", "-p", "tcp", "--dport", "8260", "-j", "REJECT",
+              "--reject-with", "tcp-reset")
+
+
+def _api(head: cluster.Node, reachable: bool) -> None:
+    if not reachable:
+        podman.exec_(head.container, "iptables", "-I", *_API_BLOCK)
+        return
+    while podman.exec_(head.container, "iptables", "-D", *_API_BLOCK, check=False).returncode == 0:
+        pass
+
+
+def _tasks_run(result: PlayResult, host: str) -> list[str]:
+    """The tasks that ran (ok or changed) on ``host``."""
+    return [e["event_data"].get("task", "") for e in (
+        json.loads(p.read_text()) for p in (result.record / "artifacts").rglob("job_events/*.json"))
+        if e.get("event") == "runner_on_ok" and e["event_data"].get("host") == host]
+
+
+def test_head_without_its_api_is_restarted_once_more_then_named(provisioned, intact,
+                                                                record_property):
+    case = "the head's Ray API not up after a (re)start"
+    expected = ("restarted once more and the play goes on; if it stays down, the play fails "
+                "at once on every node, naming the head and the fix")
+    row(record_property, "fault", case, expected)
+    sim = provisioned
+    head = sim.members()[0]
+    quick = {"ray_action": "restart", "ray_cluster_head_api_timeout": 9}
+    try:
+        # Once: the API comes back when the role restarts the head the second time.
+        _api(head, reachable=False)
+        run = Background("playbooks/ray.yml", sim.inventory_dir, quick)
+        run.wait_for_task("Ray | Restart the head once more", 240)
+        _api(head, reachable=True)
+        once = run.join(400)
+        assert once.ok, failure_text(once)
+        assert once.stats.get("rescued", {}).get("node1") == 1, once.stats
+        assert "Ray | Restart the head once more, its API did not come up" in _tasks_run(
+            once, "node1")
+        # For good: the play fails at once.
+        _api(head, reachable=False)
+        t0 = time.monotonic()
+        down = play("playbooks/ray.yml", sim.inventory_dir,
+                    extravars={**quick, "ray_cluster_join_timeout": 15})
+        took = time.monotonic() - t0
+        text = failure_text(down)
+        row(record_property, "fault", case, expected,
+            observed=f"once: rc {once.rc}, node1 rescued; for good: rc {down.rc} after "
+                     f"{took:.0f} s: {text[-200:]}")
+        assert not down.ok
+        assert "node1: Ray's API on the head" in text and "Fix: see `journalctl" in text, text
+        # The worker was not started against (nor waited for) the missing head.
+        assert not any(t.startswith(("Ray | Restart the workers", "Ray | Wait until every"))
+                       for t in _tasks_run(down, "node2") + _tasks_run(down, "node1")), text
+    finally:
+        _api(head, reachable=True)
+        restored = play("playbooks/ray.yml", sim.inventory_dir)
+    assert restored.ok, failure_text(restored)
+    wait_for("the cluster whole again", lambda: whole(sim), 120)
+    assert assets(sim) == intact
 
 
 def test_node_powered_off_mid_site_then_rebooted(provisioned, intact, record_property):
