@@ -335,10 +335,18 @@ def up(
     return cluster
 
 
-def _remove_containers(cluster: Cluster) -> None:
-    names = [c["Names"][0] for c in podman.containers(f"{LABEL}={cluster.name}")]
-    if names:
-        podman.run(["rm", "-f", "-t", "5", *names], timeout=300)
+def _remove_containers(cluster: Cluster, attempts: int = 3) -> None:
+    """Remove the cluster's containers. podman 4.3 can fail a `rm -f` whose SIGKILL meets
+    a container that stopped meanwhile ("container state improper: stopped"); the
+    containers left are then stopped, and the next attempt removes them."""
+    for attempt in range(1, attempts + 1):
+        names = [c["Names"][0] for c in podman.containers(f"{LABEL}={cluster.name}")]
+        if not names:
+            return
+        done = podman.run(["rm", "-f", "-t", "5", *names], timeout=300, check=attempt == attempts)
+        if done.returncode == 0:
+            return
+        time.sleep(1)
 
 
 def down(name: str = DEFAULT_NAME, log: Callable[[str], None] = print) -> None:
