@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -70,6 +71,14 @@ def inventory_copy(sim: cluster.Cluster, tmp_path: Path):
 
 def play(playbook: str, inventory: Path, **kw) -> PlayResult:
     return run_play(playbook, inventory, quiet=True, **kw)
+
+
+def events(result: PlayResult) -> list[dict]:
+    """The run's ansible-runner events, in order (the partial ones aside)."""
+    found = (json.loads(p.read_text())
+             for p in (result.record / "artifacts").rglob("job_events/*.json")
+             if not p.name.endswith("-partial.json"))
+    return sorted(found, key=lambda e: e.get("counter", 0))
 
 
 def failure_text(result: PlayResult) -> str:

@@ -33,7 +33,7 @@ from a3rl.paths import project_root
 from a3rl.runner import PlayResult
 from a3rl.sim import cluster, podman
 
-from .conftest import failure_text, play
+from .conftest import events, failure_text, play
 from .reliability_plugin import row
 
 TRAIN = "playbooks/train.yml"
@@ -267,9 +267,8 @@ def _api(head: cluster.Node, reachable: bool) -> None:
 
 def _tasks_run(result: PlayResult, host: str) -> list[str]:
     """The tasks that ran (ok or changed) on ``host``."""
-    return [e["event_data"].get("task", "") for e in (
-        json.loads(p.read_text()) for p in (result.record / "artifacts").rglob("job_events/*.json"))
-        if e.get("event") == "runner_on_ok" and e["event_data"].get("host") == host]
+    return [e["event_data"].get("task", "") for e in events(result)
+            if e.get("event") == "runner_on_ok" and e["event_data"].get("host") == host]
 
 
 def test_head_without_its_api_is_restarted_once_more_then_named(provisioned, intact,
