@@ -229,7 +229,10 @@ CASES: dict[str, Case] = {
         extravars={"algo": "grpo", "overrides": ["trainer.nnodes=3"]}, host="node1"),
     "an unknown train action": Case("train arguments", TRAIN, (
         "value of train_job_action must be one of: submit, stop, status, got: restart",),
-        extravars={"algo": "grpo", "action": "restart"}, host="node1"),
+        extravars={"algo": "grpo", "train_job_action": "restart"}, host="node1"),
+    "an input name of an earlier release": Case("train arguments", TRAIN, (
+        "-e action= is no longer read (it was renamed). Fix: pass -e train_job_action=stop",),
+        extravars={"algo": "grpo", "action": "stop"}, host="node1"),
     # --- day 2 ---
     "an unknown Ray action": Case("ray arguments", RAY, (
         "value of ray_cluster_action must be one of: start, stop, restart, status, got: reload",
@@ -237,6 +240,9 @@ CASES: dict[str, Case] = {
     "a dashboard bind that is not a choice": Case("ray arguments", RAY, (
         "value of ray_cluster_dashboard_bind must be one of: loopback, cluster, any, "
         "got: public",), extravars={"ray_cluster_dashboard_bind": "public"}, host="node1"),
+    "a cache-clean input name of an earlier release": Case("cache_clean arguments", CLEAN, (
+        "-e force= is no longer read (it was renamed). Fix: pass -e cache_clean_force=true",),
+        extravars={"force": "true"}, host="node1"),
     "a cache-clean batch of 0 nodes": Case("cache_clean arguments", CLEAN, (
         "cache_clean_batch=0 is not a number of nodes (or a percentage) above 0",
         "Fix: -e cache_clean_batch=1"), extravars={"cache_clean_batch": 0}, host="node1"),

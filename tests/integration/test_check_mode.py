@@ -46,16 +46,18 @@ def _ray_members(sim: cluster.Cluster) -> list[tuple[str, float]]:
 
 # play, extra vars, whether a real run would change the provisioned cluster
 PLAYS: dict[str, tuple[str, dict, bool]] = {
-    "train.yml -e action=status": (TRAIN, {"algo": "grpo", "action": "status"}, False),
-    "train.yml -e action=stop": (TRAIN, {"algo": "grpo", "action": "stop"}, False),
+    "train.yml -e train_job_action=status": (
+        TRAIN, {"algo": "grpo", "train_job_action": "status"}, False),
+    "train.yml -e train_job_action=stop": (
+        TRAIN, {"algo": "grpo", "train_job_action": "stop"}, False),
     # With a cache seeded on a node (below): the clean would remove it.
     "cache_clean.yml": ("playbooks/cache_clean.yml", {}, True),
     "status.yml": ("playbooks/status.yml", {}, False),
     # (ray.yml's start is site.yml's last stage; restart is stop, then start.)
     "ray.yml -e ray_action=restart": (RAY, {"ray_action": "restart"}, True),
     # Without purge it does a subset of this.
-    "teardown.yml -e purge=image,sources,data,weights": (
-        "playbooks/teardown.yml", {"purge": "image,sources,data,weights"}, True),
+    "teardown.yml -e teardown_purge=image,sources,data,weights": (
+        "playbooks/teardown.yml", {"teardown_purge": "image,sources,data,weights"}, True),
 }
 
 

@@ -181,6 +181,6 @@ def test_status_names_an_unhealthy_chip_and_a_missing_worker(up):
 
 
 def test_purge_word_unknown_is_refused(up):
-    result = play("playbooks/teardown.yml", up.inventory_dir, extravars={"purge": "models"},
-                  check=True)
+    result = play("playbooks/teardown.yml", up.inventory_dir,
+                  extravars={"teardown_purge": "models"}, check=True)
     assert not result.ok and "unknown models" in failure_text(result)

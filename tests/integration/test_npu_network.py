@@ -163,12 +163,13 @@ def test_training_refuses_to_submit_on_a_broken_network(restore):
     # own, not followed), which is then stopped.
     own = {"algo": "grpo", "overrides": ["trainer.total_training_steps=3"]}
     skipped = play("playbooks/train.yml", sim.inventory_dir,
-                   extravars={**own, "npu_network_check": False, "follow": False})
+                   extravars={**own, "npu_network_check": False, "train_job_follow": False})
     assert skipped.ok, failure_text(skipped)
     log = _log(skipped)
     assert "the NPU network is not checked (npu_network_check=false)" in log
     assert TRAIN_PLAY in log and " submitted" in log
-    stopped = play("playbooks/train.yml", sim.inventory_dir, extravars={**own, "action": "stop"})
+    stopped = play("playbooks/train.yml", sim.inventory_dir,
+                   extravars={**own, "train_job_action": "stop"})
     assert stopped.ok, failure_text(stopped)
 
 

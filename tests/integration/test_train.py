@@ -89,28 +89,29 @@ def test_a_run_end_to_end_to_its_report(up, algo):
 
 
 def test_no_second_submit_while_running_then_stop(up):
-    args = {"algo": "grpo", "overrides": ["trainer.total_training_steps=20"], "follow": False}
+    args = {"algo": "grpo", "overrides": ["trainer.total_training_steps=20"],
+            "train_job_follow": False}
     first = play(TRAIN, up.inventory_dir, extravars=args)
     assert first.ok and first.changed > 0, failure_text(first)
     ident = _submission_id(first)
     second = play(TRAIN, up.inventory_dir, extravars=args)
     assert second.ok and second.changed == 0, second.stats.get("changed")
     assert sum(j.get("submission_id") == ident for j in _jobs(up)) == 1
-    stopped = play(TRAIN, up.inventory_dir, extravars={**args, "action": "stop"})
+    stopped = play(TRAIN, up.inventory_dir, extravars={**args, "train_job_action": "stop"})
     assert stopped.ok and stopped.changed > 0, failure_text(stopped)
     state = {j["submission_id"]: j["status"] for j in _jobs(up)}
     assert state[ident] == "STOPPED"
-    status = play(TRAIN, up.inventory_dir, extravars={**args, "action": "status"})
+    status = play(TRAIN, up.inventory_dir, extravars={**args, "train_job_action": "status"})
     assert status.ok and status.changed == 0
     # An ended job is submitted again only when asked, under the same id.
-    rerun = play(TRAIN, up.inventory_dir, extravars={**args, "rerun": True})
+    rerun = play(TRAIN, up.inventory_dir, extravars={**args, "train_job_rerun": True})
     assert rerun.ok and rerun.changed > 0, failure_text(rerun)
     state = {j["submission_id"]: j["status"] for j in _jobs(up)}
     assert state[ident] in ("PENDING", "RUNNING")
     assert sum(j.get("submission_id") == ident for j in _jobs(up)) == 1
-    again = play(TRAIN, up.inventory_dir, extravars={**args, "rerun": True})
+    again = play(TRAIN, up.inventory_dir, extravars={**args, "train_job_rerun": True})
     assert again.ok and again.changed == 0  # active: never submitted twice
-    assert play(TRAIN, up.inventory_dir, extravars={**args, "action": "stop"}).ok
+    assert play(TRAIN, up.inventory_dir, extravars={**args, "train_job_action": "stop"}).ok
 
 
 def test_a_failing_job_fails_the_play_with_its_id_and_last_lines(up):

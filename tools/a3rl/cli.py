@@ -231,16 +231,16 @@ def cmd_play(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    extra: dict[str, Any] = {"algo": args.algo, "action": args.action}
+    extra: dict[str, Any] = {"algo": args.algo, "train_job_action": args.action}
     for key in ("model", "weights"):
         if getattr(args, key):
             extra[key] = getattr(args, key)
     if args.feature:
         extra["features"] = ",".join(args.feature)
     if args.no_follow:
-        extra["follow"] = "false"
+        extra["train_job_follow"] = "false"
     if args.rerun:
-        extra["rerun"] = "true"
+        extra["train_job_rerun"] = "true"
     if args.override:
         extra["overrides"] = list(args.override)
     if args.poll:
@@ -253,12 +253,12 @@ def cmd_clean_cache(args: argparse.Namespace) -> int:
     if args.batch:
         extra["cache_clean_batch"] = str(args.batch)
     if args.force:
-        extra["force"] = "true"
+        extra["cache_clean_force"] = "true"
     return run(args, "playbooks/cache_clean.yml", extra)
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    return run(args, "playbooks/teardown.yml", {"purge": args.purge} if args.purge else {})
+    return run(args, "playbooks/teardown.yml", {"teardown_purge": args.purge} if args.purge else {})
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
