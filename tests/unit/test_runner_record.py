@@ -34,3 +34,27 @@ def test_two_runs_of_one_play_in_one_second_get_folders_of_their_own(tmp_path, m
     second = runner._new_record(tmp_path / "runs", "site")
     assert (first.name, second.name) == ("20261201-101010-site", "20261201-101010-site-2")
     assert oct(first.stat().st_mode & 0o777) == "0o700"
+
+
+def test_secret_overrides_are_masked_but_plain_ones_kept():
+    overrides = ["+trainer.wandb_api_key=w4ndb", "actor.ppo_max_token_len_per_gpu=9216",
+                 "data.prompt_key=prompt", "~x.hf_token=abc", "trainer.total_training_steps=2"]
+    assert runner.masked({"overrides": overrides, "nested": {"db_password": "p"}}) == {
+        "overrides": [f"+trainer.wandb_api_key={runner.MASK}",
+                      "actor.ppo_max_token_len_per_gpu=9216", "data.prompt_key=prompt",
+                      f"~x.hf_token={runner.MASK}", "trainer.total_training_steps=2"],
+        "nested": {"db_password": runner.MASK}}
+
+
+def test_secrets_reach_ansible_only_through_the_environment():
+    hidden, env, values = runner.hide_secrets(
+        {"registry_password": "s3cret-pw", "model": "qwen3_32b",
+         "overrides": ["+trainer.wandb_api_key=w4ndb-key", "a=1"]})
+    assert "s3cret-pw" not in json.dumps(hidden) and "w4ndb-key" not in json.dumps(hidden)
+    assert hidden["model"] == "qwen3_32b" and hidden["overrides"][1] == "a=1"
+    assert sorted(env.values()) == ["s3cret-pw", "w4ndb-key"] == sorted(values)
+    # the names look secret, so the record's copy of the environment masks them
+    assert all(runner._secret(name) for name in env)
+    name = next(k for k, v in env.items() if v == "w4ndb-key")
+    assert hidden["overrides"][0] == (
+        "+trainer.wandb_api_key={{ lookup('ansible.builtin.env', '" + name + "') }}")

@@ -88,3 +88,36 @@ def test_a_display_that_breaks_does_not_break_the_run(project, capsys):
     assert result.ok and (result.record / "summary.json").exists()
     assert len(list(result.record.glob("artifacts/*/job_events/*.json"))) > 5
     assert "the progress display failed (ValueError: cannot draw)" in capsys.readouterr().err
+
+
+SECRET_PLAY = """\
+- name: Local | Use secrets
+  hosts: local
+  gather_facts: false
+  tasks:
+    - name: Local | Print the overrides (as a careless play would)
+      ansible.builtin.debug:
+        msg: "{{ overrides }}"
+    - name: Local | The play sees the real values
+      ansible.builtin.assert:
+        that:
+          - registry_password == 'pw-1234567'
+          - overrides[0] == '+trainer.wandb_api_key=wandb-7654321'
+          - overrides[1] == 'trainer.total_training_steps=2'
+"""
+
+
+def test_no_file_of_the_record_holds_a_secret_yet_the_play_gets_it(project):
+    play = project.parent / "playbooks" / "secret.yml"
+    play.write_text(SECRET_PLAY)
+    result = runner.run_play("playbooks/secret.yml", project, {
+        "registry_password": "pw-1234567",
+        "overrides": ["+trainer.wandb_api_key=wandb-7654321", "trainer.total_training_steps=2"],
+    }, quiet=True)
+    assert result.ok, result.failures
+    files = [p for p in result.record.rglob("*") if p.is_file()]
+    assert any("job_events" in str(p) for p in files)
+    for path in files:
+        text = path.read_text(errors="replace")
+        assert "pw-1234567" not in text and "wandb-7654321" not in text, path
+    assert f"+trainer.wandb_api_key={runner.MASK}" in (result.record / "command.txt").read_text()

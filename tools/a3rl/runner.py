@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import sys
 import time
@@ -51,9 +52,83 @@ def _secret(name: str) -> bool:
     return any(w in name.lower() for w in SECRET_WORDS)
 
 
-def masked(extravars: dict) -> dict:
-    """Extra vars with secret-looking values hidden, for anything written to disk."""
-    return {k: (MASK if _secret(k) else v) for k, v in extravars.items()}
+# A Hydra override whose key's last part ends so (``+trainer.wandb_api_key=...``) carries
+# a secret in its value. Stricter than SECRET_WORDS: a bare "token" or "key" inside a
+# key is common in the recipe's plain overrides (``ppo_max_token_len_per_gpu``).
+_SECRET_OVERRIDE = re.compile(
+    r"^[+~]*(?P<key>[\w.\-/]*?(password|passwd|secret|token|api_?key|access_?key|private_?key"
+    r"|credentials?))=(?P<value>.*)$", re.IGNORECASE | re.DOTALL)
+# Values shorter than this are not scrubbed from a record's files (too likely to be a
+# common word or number elsewhere in the log).
+_MIN_SCRUB = 6
+
+
+def _secret_override(item: Any) -> re.Match | None:
+    return _SECRET_OVERRIDE.match(item) if isinstance(item, str) else None
+
+
+def masked(extravars: Any) -> Any:
+    """Extra vars with secret-looking values hidden, for anything written to disk: a value
+    whose name looks secret, and the value of a secret-looking ``key=value`` override in
+    any list (``overrides``), at any depth."""
+    if isinstance(extravars, dict):
+        return {k: (MASK if _secret(str(k)) else masked(v)) for k, v in extravars.items()}
+    if isinstance(extravars, list):
+        return [f"{v[:m.start('value')]}{MASK}" if (m := _secret_override(v)) else masked(v)
+                for v in extravars]
+    return extravars
+
+
+def hide_secrets(extravars: dict) -> tuple[dict, dict[str, str], list[str]]:
+    """Extra vars for ansible-runner with every secret string replaced by a lookup of an
+    environment variable, so that ansible-runner's own files (``env/extravars``, the
+    command) never hold it, even while the run goes on or when it is killed. Returns the
+    vars, the environment to add, and the secret values (to scrub from the record)."""
+    env: dict[str, str] = {}
+
+    def ref(value: str) -> str:
+        name = f"A3RL_SECRET_XV_{len(env)}"
+        env[name] = value
+        return "{{ lookup('ansible.builtin.env', '" + name + "') }}"
+
+    def walk(value: Any, secret: bool) -> Any:
+        if secret and isinstance(value, str):
+            return ref(value)
+        if isinstance(value, dict):
+            return {k: walk(v, secret or _secret(str(k))) for k, v in value.items()}
+        if isinstance(value, list):
+            out = []
+            for item in value:
+                m = _secret_override(item)
+                out.append(f"{item[:m.start('value')]}{ref(m.group('value'))}" if m
+                           else walk(item, secret))
+            return out
+        return value
+
+    hidden = walk(extravars, False)
+    return hidden, env, [v for v in env.values() if len(v) >= _MIN_SCRUB]
+
+
+def _scrub_values(record: Path, values: list[str]) -> None:
+    """Replace each secret value wherever a play printed it (events, stdout, the log)."""
+    if not values:
+        return
+    for path in record.rglob("*"):
+        if not path.is_file() or path.is_symlink():
+            continue
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError):
+            continue
+        new = text
+        for value in values:
+            new = new.replace(value, MASK)
+            # the same value inside a JSON string (an event) is written escaped
+            esc = json.dumps(value)[1:-1]
+            if esc != value:
+                new = new.replace(esc, MASK)
+        if new != text:
+            path.write_text(new)
 
 
 def equivalent_command(playbook: str, inventory: Path, extravars: dict, check: bool) -> str:
@@ -125,6 +200,8 @@ def run_play(
     # Secret-looking variables reach ansible-playbook through this process's environment:
     # ansible-runner writes the ones it is handed into the record (env/envvars).
     secret_env = {k: v for k, v in (extra_env or {}).items() if _secret(k)}
+    runner_vars, secret_vars_env, secret_values = hide_secrets(extravars)
+    secret_env.update(secret_vars_env)
     env.update({k: v for k, v in (extra_env or {}).items() if not _secret(k)})
     # The log file is read, not watched, when a3rl draws the progress itself.
     if display is not None or not os.isatty(1):
@@ -156,7 +233,7 @@ def run_play(
                 project_dir=str(root),
                 playbook=playbook,
                 inventory=str(inventory.resolve()),
-                extravars=extravars,
+                extravars=runner_vars,
                 cmdline=cmdline or None,
                 envvars=env,
                 quiet=quiet,
@@ -174,6 +251,7 @@ def run_play(
         if ev.exists():
             ev.write_text(json.dumps(masked(extravars)))
         _scrub_environment(record)
+        _scrub_values(record, secret_values)
     if broken:
         print(f"a3rl: the progress display failed ({broken[0]}); the run and its record "
               "are complete", file=sys.stderr)
