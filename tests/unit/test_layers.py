@@ -1,0 +1,76 @@
+"""The node-side layer: the files plugins/module_utils links to are carried to the nodes
+inside AnsiballZ payloads and run with the node's own Python, so they may import only the
+standard library (and, on the controller, nothing of the a3rl package either: a module
+cannot import what is not shipped with it)."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+from a3rl.paths import project_root
+
+MODULE_UTILS = project_root() / "plugins" / "module_utils"
+NODE_SIDE = sorted(p for p in MODULE_UTILS.iterdir() if p.suffix == ".py")
+ALLOWED = set(sys.stdlib_module_names) | {"__future__"}
+# Optional clients a node-side function needs on the host that runs it, imported late
+# inside `try: ... except ImportError` that names the fix; nothing else may use them.
+OPTIONAL = {
+    ("artifacts.py", "modelscope"): "the ModelScope client, on the fetch host only",
+}
+
+
+def imports(path: Path, guarded: bool = True) -> set[str]:
+    """Top-level names of every import in the file, at any depth (inside functions and
+    try blocks too: a late import still runs on the node). ``guarded=False`` leaves out
+    the imports inside a ``try`` that catches ImportError."""
+    tree = ast.parse(path.read_text(), str(path))
+    skip: set[int] = set()
+    if not guarded:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Try) and any(
+                    isinstance(h.type, ast.Name) and h.type.id in ("ImportError",
+                                                                   "ModuleNotFoundError")
+                    for h in node.handlers):
+                skip |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: a sibling that is not shipped with the module
+                found.add("." * node.level + (node.module or ""))
+            elif node.module:
+                found.add(node.module.split(".")[0])
+    return found
+
+
+def test_the_node_side_layer_is_what_module_utils_links_to():
+    assert NODE_SIDE, "plugins/module_utils has no node-side code"
+    for path in NODE_SIDE:
+        assert path.is_symlink() and path.resolve().parent == project_root() / "tools" / "a3rl"
+
+
+@pytest.mark.parametrize("path", NODE_SIDE, ids=lambda p: p.name)
+def test_node_side_code_imports_only_the_standard_library(path):
+    real = path.resolve()
+    optional = {mod for (name, mod) in OPTIONAL if name == real.name}
+    extra = imports(real) - ALLOWED - optional
+    # an optional client is allowed only where its absence is caught
+    extra |= (imports(real, guarded=False) - ALLOWED) & optional
+    assert not extra, (f"{path.resolve().name} runs on the nodes (plugins/module_utils/"
+                       f"{path.name}) but imports {sorted(extra)}: keep it to the standard "
+                       "library, or move that code to the controller side")
+
+
+def test_the_import_check_sees_late_and_relative_imports(tmp_path):
+    f = tmp_path / "x.py"
+    f.write_text("import os\ndef f():\n    import yaml\nfrom . import sib\nfrom a3rl import plan\n")
+    assert imports(f) - ALLOWED == {"yaml", ".", "a3rl"}
+    f.write_text("try:\n    import yaml\nexcept ImportError:\n    yaml = None\n")
+    assert imports(f) == {"yaml"} and imports(f, guarded=False) == set()
