@@ -48,6 +48,13 @@ def hydra_launch_commands(text):
         raise AnsibleFilterError(str(e)) from None
 
 
+def hccl_socket_env(nic, address, host=""):
+    try:
+        return nn.hccl_socket_env(nic, address, host)
+    except ValueError as e:
+        raise AnsibleFilterError(str(e)) from None
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -56,6 +63,8 @@ class FilterModule:
             "a3rl_npu_network_report": report,
             "a3rl_npu_health_pending": nn.health_pending,
             "a3rl_mpich_hostfile": nn.mpich_hostfile,
+            "a3rl_hccl_socket_env": hccl_socket_env,
+            "a3rl_docker_env_args": nn.docker_env_args,
             "a3rl_hydra_launch_commands": hydra_launch_commands,
             "a3rl_allreduce_verdict": nn.allreduce_verdict,
         }

@@ -249,3 +249,24 @@ def test_net_health_at_fault_or_never_settling_fails_naming_the_device(restore):
     assert "node1: net health of NPU device(s)" not in _log(result)  # Fault: no wait
     assert result.changed == 0
 
+
+MGMT_NIC = "a3rlmgmt0"  # sorts before eth0: HCCL's default choice without HCCL_SOCKET_IFNAME
+
+
+def test_all_reduce_uses_each_nodes_cluster_nic_on_a_multi_nic_node(net):
+    """node2 gets a second NIC in a subnet node1 cannot reach, named so that HCCL's
+    default order (NIC names ascending) picks it: the test must still pass, its host
+    socket on the cluster NIC, because HCCL_SOCKET_IFNAME names that NIC."""
+    node2 = f"a3rl-{net.name}-node2"
+    podman.exec_(node2, "sh", "-c",
+                 f"ip link add {MGMT_NIC} link eth0 type macvlan mode bridge && "
+                 f"ip addr add 198.51.100.2/24 dev {MGMT_NIC} && ip link set {MGMT_NIC} up")
+    try:
+        result = play(PLAY, net.inventory_dir, extravars={"npu_network_bandwidth": True})
+        assert result.ok, failure_text(result)
+        out = (_record(result) / "allreduce.log").read_text()
+        assert "rank 0 host socket on eth0" in out
+        assert "rank 16 host socket on eth0" in out
+        assert MGMT_NIC not in out
+    finally:
+        podman.exec_(node2, "ip", "link", "del", MGMT_NIC, check=False)

@@ -271,6 +271,17 @@ def test_init_that_settles_passes_and_init_that_does_not_fails_naming_it():
     assert "net health is still Init (detection initialising) and was not waited for" in text
 
 
+def test_hccl_socket_env_names_the_cluster_nic_exactly():
+    assert nn.hccl_socket_env("enp189s0f0", "10.0.0.1") == {
+        "HCCL_SOCKET_IFNAME": "=enp189s0f0", "HCCL_SOCKET_FAMILY": "AF_INET"}
+    assert nn.hccl_socket_env("eth0", "fd00::1")["HCCL_SOCKET_FAMILY"] == "AF_INET6"
+    with pytest.raises(ValueError, match="node2: no NIC holds cluster_ip 10.0.0.2.*cluster_nic"):
+        nn.hccl_socket_env(None, "10.0.0.2", "node2")
+    assert nn.docker_env_args(nn.hccl_socket_env("eth0", "10.0.0.1")) == [
+        "-e", "HCCL_SOCKET_IFNAME==eth0", "-e", "HCCL_SOCKET_FAMILY=AF_INET"]
+    assert nn.docker_env_args({}) == []
+
+
 def test_no_plan_means_presence_and_uniqueness_only():
     probes = {"node1": probe(["10.0.0.1", None, "10.0.0.7", "10.0.0.4"]),
               "node2": probe(["10.0.0.11", "10.0.0.12", "10.0.0.7", "10.0.0.14"])}
@@ -535,6 +546,37 @@ def test_standin_net_health_reads_init_for_a_while_after_boot(node):
     health.write_text("x 30\n")
     bad = hccn(node, "-i", "0", "-net_health", "-g")
     assert bad.returncode == 1 and "hccn-init: bad line 'x 30'" in bad.stdout
+
+
+def _all_reduce_standin():
+    import importlib.machinery
+    import importlib.util
+
+    path = REPO / "tools/a3rl/sim/files/cann-standin/standin-all_reduce_test"
+    loader = importlib.machinery.SourceFileLoader("standin_all_reduce_test", str(path))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def test_standin_all_reduce_picks_the_host_nic_as_hccl_does():
+    """The CANN reference's order: HCCL_IF_IP, HCCL_SOCKET_IFNAME (prefixes, =exact,
+    ^exclusions), else names ascending with docker and lo last."""
+    choose = _all_reduce_standin().choose_nic
+    nics = [("lo", "127.0.0.1"), ("eth0", "10.0.0.1"), ("docker0", "172.17.0.1"),
+            ("a3rlmgmt0", "198.51.100.2"), ("eth0.100", "10.1.0.1")]
+    assert choose(nics, {}) == ("a3rlmgmt0", "198.51.100.2")  # the multi-NIC trap
+    assert choose([n for n in nics if n[0] != "a3rlmgmt0"], {}) == ("eth0", "10.0.0.1")
+    assert choose([("lo", "127.0.0.1"), ("docker0", "172.17.0.1")], {})[0] == "docker0"
+    assert choose(nics, {"HCCL_SOCKET_IFNAME": "=eth0"}) == ("eth0", "10.0.0.1")
+    assert choose(nics, {"HCCL_SOCKET_IFNAME": "=eth0.100"}) == ("eth0.100", "10.1.0.1")
+    assert choose(nics, {"HCCL_SOCKET_IFNAME": "eth"}) == ("eth0", "10.0.0.1")
+    assert choose(nics, {"HCCL_SOCKET_IFNAME": "=enp1,eth0"}) == ("eth0", "10.0.0.1")
+    assert choose(nics, {"HCCL_SOCKET_IFNAME": "^=a3rlmgmt0,docker0"}) == ("eth0", "10.0.0.1")
+    assert choose(nics, {"HCCL_SOCKET_IFNAME": "=enp1"}) is None
+    assert choose(nics, {"HCCL_IF_IP": "10.1.0.1", "HCCL_SOCKET_IFNAME": "=eth0"}) == \
+        ("eth0.100", "10.1.0.1")
 
 
 def test_standin_refuses_what_the_real_tool_refuses(node):

@@ -470,6 +470,26 @@ def render_table(hosts: Sequence[str], rows: Mapping[str, Mapping[int, Mapping[s
 
 # --- the bandwidth check: MPICH's manual launcher and the HCCL all-reduce test --------------
 
+def hccl_socket_env(nic: str | None, address: str, host: str = "") -> dict[str, str]:
+    """HCCL's host-socket variables for one node, as the HCCL Test guide sets them before
+    the test: ``HCCL_SOCKET_IFNAME`` names the node's cluster NIC exactly (``=NIC``: the
+    CANN reference's form for one NIC; a bare name is a prefix that also matches e.g.
+    ``eth0.100``), ``HCCL_SOCKET_FAMILY`` its address family. Without them HCCL takes the
+    first NIC by name (docker and lo last), which on a multi-NIC node may be one its peers
+    cannot reach."""
+    if not nic:
+        raise ValueError(f"{host or 'this node'}: no NIC holds cluster_ip {address}, so "
+                         "HCCL_SOCKET_IFNAME cannot be set. Fix: set cluster_nic in the "
+                         "inventory, or correct cluster_ip.")
+    family = "AF_INET6" if ":" in str(address) else "AF_INET"
+    return {"HCCL_SOCKET_IFNAME": f"={nic}", "HCCL_SOCKET_FAMILY": family}
+
+
+def docker_env_args(env: Mapping[str, Any]) -> list[str]:
+    """``docker exec`` options setting ``env``: ``-e NAME=VALUE`` each, in order."""
+    return [arg for k, v in env.items() for arg in ("-e", f"{k}={v}")]
+
+
 def mpich_hostfile(entries: Sequence[Sequence[Any]]) -> str:
     """MPICH's hostfile, ``address:processes`` per node (the HCCL Test guide's format)."""
     return "".join(f"{addr}:{int(n)}\n" for addr, n in entries)
