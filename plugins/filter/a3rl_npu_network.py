@@ -11,8 +11,10 @@ def _plans(hostvars, hosts, key="npu_network_plan"):
     return {h: list(hostvars[h].get(key) or []) for h in hosts}
 
 
-def _probes(hostvars, hosts, key="npu_network_probe"):
-    return {h: dict(hostvars[h].get(key) or {}) for h in hosts}
+def _probes(hostvars, hosts, key="npu_network_probe", settle="npu_network_settle"):
+    """Each host's probe, with the net health its wait for Init last read."""
+    return {h: nn.merge_health(dict(hostvars[h].get(key) or {}), hostvars[h].get(settle))
+            for h in hosts}
 
 
 def plan_problems(hosts, hostvars, netmask, npus):
@@ -46,13 +48,23 @@ def hydra_launch_commands(text):
         raise AnsibleFilterError(str(e)) from None
 
 
+def hccl_socket_env(nic, address, host=""):
+    try:
+        return nn.hccl_socket_env(nic, address, host)
+    except ValueError as e:
+        raise AnsibleFilterError(str(e)) from None
+
+
 class FilterModule:
     def filters(self):
         return {
             "a3rl_npu_plan_problems": plan_problems,
             "a3rl_npu_ping_plan": ping_plan,
             "a3rl_npu_network_report": report,
+            "a3rl_npu_health_pending": nn.health_pending,
             "a3rl_mpich_hostfile": nn.mpich_hostfile,
+            "a3rl_hccl_socket_env": hccl_socket_env,
+            "a3rl_docker_env_args": nn.docker_env_args,
             "a3rl_hydra_launch_commands": hydra_launch_commands,
             "a3rl_allreduce_verdict": nn.allreduce_verdict,
         }

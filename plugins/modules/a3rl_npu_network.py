@@ -12,14 +12,16 @@ description:
     C(-net_health -g)) and returns the raw outputs; the judging is done on the controller
     (C(a3rl.npu_network)). With I(configure) and a I(plan) it first sets each device
     whose address differs (C(-ip -s address A netmask M)), and only those.
+  - C(health) reads only the net health (C(-net_health -g)) of the given devices; the
+    role repeats it while a device reads C(Init) (its detection initialising).
   - C(ping) runs the given pings (C(-ping -g address A)) and returns their outputs.
   - Check mode - C(probe) reads and reports the devices it would configure; C(ping) runs
     (it changes nothing).
 options:
   action:
-    description: probe or ping.
+    description: probe, health or ping.
     type: str
-    choices: [probe, ping]
+    choices: [probe, health, ping]
     default: probe
   hccn_tool:
     description: Path of hccn_tool on the node.
@@ -70,7 +72,11 @@ devices:
   description: >-
     Device id -> C(ip), C(link), C(health) (raw outputs) and C(errors) (query -> message).
   type: dict
-  returned: probe
+  returned: probe, health
+checked_at:
+  description: When the devices were last read (seconds since the epoch, on the node).
+  type: float
+  returned: probe, health
 would_set:
   description: Devices whose address differs from the plan (set unless in check mode).
   type: list
@@ -113,21 +119,34 @@ def hccn(tool, args, timeout):
     return 1, "busy"
 
 
+def query_devices(p, jobs, found, pool):
+    """Run the (device, query) jobs at once; each answer into found[device][query], a
+    failure into found[device]["errors"][query]."""
+    tool, timeout = p["hccn_tool"], p["timeout"]
+    answers = pool.map(lambda j: hccn(tool, ["-i", str(j[0]), *QUERIES[j[1]]], timeout), jobs)
+    # No zip(strict=): nodes may run Python 3.9 (openEuler 22.03).
+    for (dev, q), (rc, out) in zip(jobs, answers):  # noqa: B905
+        entry = found.setdefault(str(dev), {"errors": {}})
+        entry[q] = out
+        entry["errors"].pop(q, None)
+        if rc != 0:
+            entry["errors"][q] = out.strip() or f"rc {rc}"
+
+
+def health(p):
+    found = {}
+    with ThreadPoolExecutor(max_workers=max(1, p["parallel"])) as pool:
+        query_devices(p, [(int(d), "health") for d in p["devices"]], found, pool)
+    return {"changed": False, "devices": found, "checked_at": time.time()}
+
+
 def probe(module, p):
     tool, timeout = p["hccn_tool"], p["timeout"]
     devices = [int(d) for d in p["devices"]]
     plan = list(p["plan"] or [])
 
     def query(jobs):
-        answers = pool.map(lambda j: hccn(tool, ["-i", str(j[0]), *QUERIES[j[1]]], timeout),
-                           jobs)
-        # No zip(strict=): nodes may run Python 3.9 (openEuler 22.03).
-        for (dev, q), (rc, out) in zip(jobs, answers):  # noqa: B905
-            entry = found.setdefault(str(dev), {"errors": {}})
-            entry[q] = out
-            entry["errors"].pop(q, None)
-            if rc != 0:
-                entry["errors"][q] = out.strip() or f"rc {rc}"
+        query_devices(p, jobs, found, pool)
 
     found, would_set, set_errors, changed = {}, [], {}, False
     with ThreadPoolExecutor(max_workers=max(1, p["parallel"])) as pool:
@@ -155,7 +174,7 @@ def probe(module, p):
         for dev, message in set_errors.items():
             found[dev]["errors"]["set"] = message
     return {"changed": changed, "devices": found, "would_set": would_set,
-            "set_errors": set_errors}
+            "set_errors": set_errors, "checked_at": time.time()}
 
 
 def ping(p):
@@ -173,7 +192,7 @@ def ping(p):
 def main():
     module = AnsibleModule(
         argument_spec={
-            "action": {"type": "str", "choices": ["probe", "ping"], "default": "probe"},
+            "action": {"type": "str", "choices": ["probe", "health", "ping"], "default": "probe"},
             "hccn_tool": {"type": "path", "required": True},
             "devices": {"type": "list", "elements": "int", "default": []},
             "plan": {"type": "list", "elements": "str", "default": []},
@@ -196,6 +215,8 @@ def main():
                          **base)
     if p["action"] == "ping":
         module.exit_json(changed=False, pings=ping(p), **base)
+    if p["action"] == "health":
+        module.exit_json(**health(p), **base)
     module.exit_json(**probe(module, p), **base)
 
 

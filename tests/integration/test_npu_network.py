@@ -218,3 +218,56 @@ def test_all_reduce_bandwidth_across_the_cluster_is_recorded(net):
     assert "across 32 ranks on node1, node2" in text
     assert "Record: " in text and json.loads(
         (_record(slow) / "result.json").read_text())["ok"] is False
+
+
+def test_net_health_at_init_passes_once_it_settles(restore):
+    """Two ports of node2 read Init (detection initialising) as if the node had just
+    booted: the check waits for them, shows that it does, and passes once they settle."""
+    sim = restore
+    cluster.set_npu_net_health_init(sim.name, "node2", 25, devices=[0, 5])
+    result = play(PLAY, sim.inventory_dir, extravars={"npu_network_health_poll_interval": 2})
+    assert result.ok, failure_text(result)
+    log = _log(result)
+    assert "node2: net health of NPU device(s) 0, 5 reads Init (detection initialising)" in log
+    assert "node1: net health of NPU device(s)" not in log
+    assert "NPU network: 32/32 devices on 2 node(s) healthy" in log
+    assert result.changed == 0
+
+
+def test_net_health_at_fault_or_never_settling_fails_naming_the_device(restore):
+    """Fault is not waited for; Init that outlasts the bound fails, and says which."""
+    sim = restore
+    cluster.set_npu_net_health(sim.name, "node1", 7, "Fault")
+    cluster.set_npu_net_health_init(sim.name, "node2", 3600, devices=[3])
+    result = play(PLAY, sim.inventory_dir, extravars={
+        "npu_network_health_settle_timeout": 4, "npu_network_health_poll_interval": 2})
+    assert not result.ok
+    text = failure_text(result)
+    assert "node1: NPU device 7: net health is Fault" in text
+    assert ("node2: NPU device 3: net health is still Init (detection initialising) after "
+            "waiting ") in text
+    assert "it did not settle" in text and "npu_network_health_settle_timeout" in text
+    assert "node1: net health of NPU device(s)" not in _log(result)  # Fault: no wait
+    assert result.changed == 0
+
+
+MGMT_NIC = "a3rlmgmt0"  # sorts before eth0: HCCL's default choice without HCCL_SOCKET_IFNAME
+
+
+def test_all_reduce_uses_each_nodes_cluster_nic_on_a_multi_nic_node(net):
+    """node2 gets a second NIC in a subnet node1 cannot reach, named so that HCCL's
+    default order (NIC names ascending) picks it: the test must still pass, its host
+    socket on the cluster NIC, because HCCL_SOCKET_IFNAME names that NIC."""
+    node2 = f"a3rl-{net.name}-node2"
+    podman.exec_(node2, "sh", "-c",
+                 f"ip link add {MGMT_NIC} link eth0 type macvlan mode bridge && "
+                 f"ip addr add 198.51.100.2/24 dev {MGMT_NIC} && ip link set {MGMT_NIC} up")
+    try:
+        result = play(PLAY, net.inventory_dir, extravars={"npu_network_bandwidth": True})
+        assert result.ok, failure_text(result)
+        out = (_record(result) / "allreduce.log").read_text()
+        assert "rank 0 host socket on eth0" in out
+        assert "rank 16 host socket on eth0" in out
+        assert MGMT_NIC not in out
+    finally:
+        podman.exec_(node2, "ip", "link", "del", MGMT_NIC, check=False)

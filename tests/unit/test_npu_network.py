@@ -221,6 +221,67 @@ def test_each_device_fault_is_named_with_host_device_and_what_to_check():
                                      "node2": {0: "10.0.0.11", 3: "10.0.0.14"}}
 
 
+def test_init_is_pending_and_the_wait_replaces_the_health_it_read():
+    first = probe(_plan(1), health={1: "Init", 2: "Init", 3: "Fault"},
+                  errors={0: {"health": "busy"}})
+    first["devices"]["0"]["health"] = "net health status: Init\n"  # its query failed
+    first["checked_at"] = 100.0
+    assert nn.health_pending(first) == [1, 2]  # not Fault, not a failed query
+    assert nn.health_pending(None) == [] and nn.health_pending({"skipped": True}) == []
+    settle = {"checked_at": 112.4, "devices": {
+        "1": {"health": "net health status: Success\n", "errors": {}},
+        "2": {"health": "net health status: Init\n", "errors": {}}}}
+    assert nn.health_pending(settle) == [2]
+    merged = nn.merge_health(first, settle)
+    assert merged["settle_waited_s"] == 12
+    assert merged["devices"]["1"]["health"] == "net health status: Success\n"
+    assert merged["devices"]["3"] == first["devices"]["3"]  # not re-read: as probed
+    assert first["devices"]["1"]["health"] == "net health status: Init\n"  # not mutated
+    # No wait (skipped: nothing was at Init): the probe as it was.
+    assert nn.merge_health(first, {"skipped": True}) == first
+    assert nn.merge_health(first, None) == first
+    # A re-read that fails becomes the device's health error.
+    failed = nn.merge_health(first, {"checked_at": 101, "devices": {
+        "2": {"health": "no answer within 60s", "errors": {"health": "no answer within 60s"}}}})
+    assert failed["devices"]["2"]["errors"] == {"health": "no answer within 60s"}
+
+
+def test_init_that_settles_passes_and_init_that_does_not_fails_naming_it():
+    waited = probe(_plan(1), health={1: "Init"})
+    waited["checked_at"] = 0.0
+    settled = nn.merge_health(waited, {"checked_at": 20.0, "devices": {
+        "1": {"health": "net health status: Success\n", "errors": {}}}})
+    r = _report({"node1": settled, "node2": probe(_plan(11))})
+    assert r["failed"] == [] and r["rows"]["node1"][1]["health"] == "Success"
+    stuck = nn.merge_health(waited, {"checked_at": 180.0, "devices": {
+        "1": {"health": "net health status: Init\n", "errors": {}}}})
+    r = _report({"node1": stuck, "node2": probe(_plan(11), health={2: "Fault"})})
+    one, two = "\n".join(r["problems"]["node1"]), "\n".join(r["problems"]["node2"])
+    assert ("node1: NPU device 1: net health is still Init (detection initialising) after "
+            "waiting 180 s for it to settle (`/t/hccn_tool -i 1 -net_health -g`): it did not "
+            "settle. Check: a detect IP is set (`/t/hccn_tool -i 1 -netdetect -g`)") in one
+    assert "-e npu_network_health_settle_timeout=<seconds>" in one
+    assert "net health is Fault" not in one
+    assert "node2: NPU device 2: net health is Fault (`/t/hccn_tool -i 2 -net_health -g`)" in two
+    assert "still Init" not in two
+    assert r["failed"] == ["node1", "node2"]
+    assert r["rows"]["node1"][1]["health"] == "Init" and not r["rows"]["node1"][1]["ok"]
+    # Never waited for (no wait result): said so, still a failure.
+    text = "\n".join(_report({"node1": waited, "node2": probe(_plan(11))})["problems"]["node1"])
+    assert "net health is still Init (detection initialising) and was not waited for" in text
+
+
+def test_hccl_socket_env_names_the_cluster_nic_exactly():
+    assert nn.hccl_socket_env("enp189s0f0", "10.0.0.1") == {
+        "HCCL_SOCKET_IFNAME": "=enp189s0f0", "HCCL_SOCKET_FAMILY": "AF_INET"}
+    assert nn.hccl_socket_env("eth0", "fd00::1")["HCCL_SOCKET_FAMILY"] == "AF_INET6"
+    with pytest.raises(ValueError, match="node2: no NIC holds cluster_ip 10.0.0.2.*cluster_nic"):
+        nn.hccl_socket_env(None, "10.0.0.2", "node2")
+    assert nn.docker_env_args(nn.hccl_socket_env("eth0", "10.0.0.1")) == [
+        "-e", "HCCL_SOCKET_IFNAME==eth0", "-e", "HCCL_SOCKET_FAMILY=AF_INET"]
+    assert nn.docker_env_args({}) == []
+
+
 def test_no_plan_means_presence_and_uniqueness_only():
     probes = {"node1": probe(["10.0.0.1", None, "10.0.0.7", "10.0.0.4"]),
               "node2": probe(["10.0.0.11", "10.0.0.12", "10.0.0.7", "10.0.0.14"])}
@@ -449,6 +510,73 @@ def test_standin_link_and_health_knobs(node):
     (node / "etc/a3rl-sim/hccn-health").write_text("2 Sucess\n")  # a typo is refused
     typo = hccn(node, "-i", "2", "-net_health", "-g")
     assert typo.returncode == 1 and "unknown status 'Sucess'" in typo.stdout
+
+
+def _booted(root: Path, seconds_ago: float) -> None:
+    """The node's PID 1 started ``seconds_ago``: /proc/stat's btime plus its start ticks."""
+    import time
+
+    tck = os.sysconf("SC_CLK_TCK")
+    btime = int(time.time() - seconds_ago) - 1000
+    (root / "proc/1").mkdir(parents=True, exist_ok=True)
+    (root / "proc/stat").write_text(f"cpu  1 2 3\nbtime {btime}\nprocesses 9\n")
+    fields = ["S"] + ["0"] * 18 + [str(1000 * tck)] + ["0"] * 10
+    (root / "proc/1/stat").write_text(f"1 (systemd (x)) {' '.join(fields)}\n")
+
+
+def test_standin_net_health_reads_init_for_a_while_after_boot(node):
+    _booted(node, 10)
+    health = node / "etc/a3rl-sim/hccn-init"
+    assert hccn(node, "-i", "1", "-net_health", "-g").stdout == "net health status: Success\n"
+    health.write_text("# knob\nall 30\n3 5\n")
+    # The documented output, with Init as the status (DCMI code 6).
+    assert hccn(node, "-i", "1", "-net_health", "-g").stdout == "net health status: Init\n"
+    assert nn.parse_net_health(hccn(node, "-i", "0", "-net_health", "-g").stdout) == "Init"
+    # Device 3's own window (5 s) is over 10 s after boot: settled.
+    assert hccn(node, "-i", "3", "-net_health", "-g").stdout == "net health status: Success\n"
+    _booted(node, 40)  # later: every window is over
+    assert hccn(node, "-i", "1", "-net_health", "-g").stdout == "net health status: Success\n"
+    _booted(node, 1)  # a reboot starts the window again
+    assert hccn(node, "-i", "1", "-net_health", "-g").stdout == "net health status: Init\n"
+    # No link: Fault, whatever the window; an explicit status wins over it.
+    (node / "etc/a3rl-sim/hccn-link").write_text("1 DOWN\n")
+    assert hccn(node, "-i", "1", "-net_health", "-g").stdout == "net health status: Fault\n"
+    (node / "etc/a3rl-sim/hccn-health").write_text("2 Receive timeout\n")
+    assert "Receive timeout" in hccn(node, "-i", "2", "-net_health", "-g").stdout
+    health.write_text("x 30\n")
+    bad = hccn(node, "-i", "0", "-net_health", "-g")
+    assert bad.returncode == 1 and "hccn-init: bad line 'x 30'" in bad.stdout
+
+
+def _all_reduce_standin():
+    import importlib.machinery
+    import importlib.util
+
+    path = REPO / "tools/a3rl/sim/files/cann-standin/standin-all_reduce_test"
+    loader = importlib.machinery.SourceFileLoader("standin_all_reduce_test", str(path))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def test_standin_all_reduce_picks_the_host_nic_as_hccl_does():
+    """The CANN reference's order: HCCL_IF_IP, HCCL_SOCKET_IFNAME (prefixes, =exact,
+    ^exclusions), else names ascending with docker and lo last."""
+    choose = _all_reduce_standin().choose_nic
+    nics = [("lo", "127.0.0.1"), ("eth0", "10.0.0.1"), ("docker0", "172.17.0.1"),
+            ("a3rlmgmt0", "198.51.100.2"), ("eth0.100", "10.1.0.1")]
+    assert choose(nics, {}) == ("a3rlmgmt0", "198.51.100.2")  # the multi-NIC trap
+    assert choose([n for n in nics if n[0] != "a3rlmgmt0"], {}) == ("eth0", "10.0.0.1")
+    assert choose([("lo", "127.0.0.1"), ("docker0", "172.17.0.1")], {})[0] == "docker0"
+    assert choose(nics, {"HCCL_SOCKET_IFNAME": "=eth0"}) == ("eth0", "10.0.0.1")
+    assert choose(nics, {"HCCL_SOCKET_IFNAME": "=eth0.100"}) == ("eth0.100", "10.1.0.1")
+    assert choose(nics, {"HCCL_SOCKET_IFNAME": "eth"}) == ("eth0", "10.0.0.1")
+    assert choose(nics, {"HCCL_SOCKET_IFNAME": "=enp1,eth0"}) == ("eth0", "10.0.0.1")
+    assert choose(nics, {"HCCL_SOCKET_IFNAME": "^=a3rlmgmt0,docker0"}) == ("eth0", "10.0.0.1")
+    assert choose(nics, {"HCCL_SOCKET_IFNAME": "=enp1"}) is None
+    assert choose(nics, {"HCCL_IF_IP": "10.1.0.1", "HCCL_SOCKET_IFNAME": "=eth0"}) == \
+        ("eth0.100", "10.1.0.1")
 
 
 def test_standin_refuses_what_the_real_tool_refuses(node):

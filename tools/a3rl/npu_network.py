@@ -24,6 +24,10 @@ from typing import Any
 
 LINK_UP = "UP"
 HEALTH_OK = "Success"
+# DCMI net health code 6: the detection task is initialising. Normal for a while after
+# boot and before a detect IP is set (Huawei's own environment check accepts Success or
+# Init); the role waits for it to settle (bounded) instead of failing the device at once.
+HEALTH_SETTLING = "Init"
 # What the check asks hccn_tool for each device, keyed as the module reports it.
 QUERIES = {"ip": ["-ip", "-g"], "link": ["-link", "-g"], "health": ["-net_health", "-g"]}
 FIX_SKIP = "(not recommended) -e npu_network_check=false skips the check"
@@ -74,6 +78,46 @@ def parse_ping(text: str) -> dict[str, Any]:
                                                 text)],
         "ok": bool(summary) and transmitted > 0 and received == transmitted,
     }
+
+
+# --- net health that is still settling ----------------------------------------------------
+
+def health_pending(result: Mapping[str, Any] | None) -> list[int]:
+    """Devices whose net health still reads ``Init``, in a module result (``probe`` or
+    ``health``): the ones to read again before judging. A device whose health query
+    failed is not pending (that is a tool error, judged as such)."""
+    out = []
+    for dev, raw in ((result or {}).get("devices") or {}).items():
+        raw = raw or {}
+        if "health" in (raw.get("errors") or {}):
+            continue
+        if parse_net_health(raw.get("health", "")) == HEALTH_SETTLING:
+            out.append(int(dev))
+    return sorted(out)
+
+
+def merge_health(probe: Mapping[str, Any], settle: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The probe with each device's net health as the wait last read it, and how long
+    the node waited (``settle_waited_s``: the wait's last read minus the probe's read,
+    None when there was no wait). ``settle``: the ``health`` module result (skipped or
+    absent when no device read Init)."""
+    out = dict(probe)
+    read = (settle or {}).get("devices") or {}
+    if not read:
+        return out
+    devices = {str(d): dict(v or {}) for d, v in (probe.get("devices") or {}).items()}
+    for dev, raw in read.items():
+        entry = devices.setdefault(str(dev), {"errors": {}})
+        errors = dict(entry.get("errors") or {})
+        errors.pop("health", None)
+        if "health" in (raw.get("errors") or {}):
+            errors["health"] = raw["errors"]["health"]
+        entry["health"], entry["errors"] = raw.get("health", ""), errors
+    out["devices"] = devices
+    start, end = probe.get("checked_at"), (settle or {}).get("checked_at")
+    out["settle_waited_s"] = (round(float(end) - float(start))
+                              if start is not None and end is not None else None)
+    return out
 
 
 # --- the inventory's plan ------------------------------------------------------------------
@@ -202,7 +246,9 @@ def assess(hosts: Sequence[str], probes: Mapping[str, Mapping[str, Any]],
 
     ``probes[host]``: ``tool`` (path), ``found`` (bool), ``reboot_pending`` (bool),
     ``devices`` (device -> ``ip``/``link``/``health`` raw outputs and ``errors``),
-    ``would_set`` (devices --check would configure).
+    ``would_set`` (devices --check would configure), ``settle_waited_s`` (how long the
+    node waited for ``Init`` to settle: :func:`merge_health`). A device still at ``Init``
+    is a problem of its own (it did not settle); any other state but Success is too.
     """
     rows: dict[str, dict[int, dict[str, Any]]] = {}
     problems: dict[str, list[str]] = {h: [] for h in hosts}
@@ -273,7 +319,18 @@ def assess(hosts: Sequence[str], probes: Mapping[str, Mapping[str, Any]],
                     "Check: the cable or optical module of this port "
                     f"(`{tool} -i {dev} -optical -g`) and its switch port "
                     f"(`{tool} -i {dev} -lldp -g`).")
-            if health is not None and health != HEALTH_OK:
+            if health == HEALTH_SETTLING:
+                waited = probe.get("settle_waited_s")
+                mine.append(
+                    f"{_dev_name(host, dev)}: net health is still Init (detection "
+                    "initialising) "
+                    + (f"after waiting {waited} s for it to settle" if waited is not None
+                       else "and was not waited for")
+                    + f" (`{tool} -i {dev} -net_health -g`): it did not settle. Check: a "
+                    f"detect IP is set (`{tool} -i {dev} -netdetect -g`) and reachable from "
+                    "this port, and the link; or wait longer "
+                    "(-e npu_network_health_settle_timeout=<seconds>).")
+            elif health is not None and health != HEALTH_OK:
                 mine.append(
                     f"{_dev_name(host, dev)}: net health is {health} "
                     f"(`{tool} -i {dev} -net_health -g`). Check: the link, the detect IP "
@@ -412,6 +469,26 @@ def render_table(hosts: Sequence[str], rows: Mapping[str, Mapping[int, Mapping[s
 
 
 # --- the bandwidth check: MPICH's manual launcher and the HCCL all-reduce test --------------
+
+def hccl_socket_env(nic: str | None, address: str, host: str = "") -> dict[str, str]:
+    """HCCL's host-socket variables for one node, as the HCCL Test guide sets them before
+    the test: ``HCCL_SOCKET_IFNAME`` names the node's cluster NIC exactly (``=NIC``: the
+    CANN reference's form for one NIC; a bare name is a prefix that also matches e.g.
+    ``eth0.100``), ``HCCL_SOCKET_FAMILY`` its address family. Without them HCCL takes the
+    first NIC by name (docker and lo last), which on a multi-NIC node may be one its peers
+    cannot reach."""
+    if not nic:
+        raise ValueError(f"{host or 'this node'}: no NIC holds cluster_ip {address}, so "
+                         "HCCL_SOCKET_IFNAME cannot be set. Fix: set cluster_nic in the "
+                         "inventory, or correct cluster_ip.")
+    family = "AF_INET6" if ":" in str(address) else "AF_INET"
+    return {"HCCL_SOCKET_IFNAME": f"={nic}", "HCCL_SOCKET_FAMILY": family}
+
+
+def docker_env_args(env: Mapping[str, Any]) -> list[str]:
+    """``docker exec`` options setting ``env``: ``-e NAME=VALUE`` each, in order."""
+    return [arg for k, v in env.items() for arg in ("-e", f"{k}={v}")]
+
 
 def mpich_hostfile(entries: Sequence[Sequence[Any]]) -> str:
     """MPICH's hostfile, ``address:processes`` per node (the HCCL Test guide's format)."""

@@ -170,6 +170,8 @@ HCCN_KNOBS = {
                  "empty = all UP\n",
     "hccn-health": "# <device> <net health status>: overrides the stand-in hccn_tool's; "
                    "empty = Success (Fault without link)\n",
+    "hccn-init": "# <device|all> <seconds>: net health reads Init for that long after the "
+                 "node booted (stand-in hccn_tool); empty = never\n",
 }
 # Where the stand-in driver installs hccn_tool on a node (the vendor's default path).
 NODE_HCCN_TOOL = "/usr/local/Ascend/driver/tools/hccn_tool"
@@ -490,6 +492,31 @@ def set_npu_net_health(name: str, node: str, npu: int, status: str = "Success") 
     _set_device_line(name, node, "hccn-health", npu, None if status == "Success" else status)
 
 
+def node_boot_time(name: str, node: str) -> float:
+    """When the simulated node booted (its PID 1, systemd, started), as the stand-in
+    hccn_tool reckons it: seconds since the epoch."""
+    out = podman.exec_(f"a3rl-{name}-{node}", "sh", "-c",
+                       "grep '^btime ' /proc/stat; cat /proc/1/stat; getconf CLK_TCK").stdout
+    lines = out.splitlines()
+    btime = int(lines[0].split()[1])
+    ticks = int(lines[1].rsplit(")", 1)[1].split()[19])
+    return btime + ticks / int(lines[2])
+
+
+def set_npu_net_health_init(name: str, node: str, seconds: float | None,
+                            devices: list[int] | None = None) -> None:
+    """Knob for tests: the net health of ``devices`` (all when None) reads Init for
+    ``seconds`` from now, as if the node had just booted (the window is counted from
+    the node's boot, so it is set to the node's uptime plus ``seconds``); None: never."""
+    path = _knob_path(name, node, "hccn-init")
+    if seconds is None:
+        path.write_text(HCCN_KNOBS["hccn-init"])
+        return
+    window = time.time() - node_boot_time(name, node) + seconds
+    keys = [str(d) for d in devices] if devices is not None else ["all"]
+    path.write_text(HCCN_KNOBS["hccn-init"] + "".join(f"{k} {window:.1f}\n" for k in keys))
+
+
 def set_npu_device_ip(name: str, node: str, npu: int, address: str | None,
                       netmask: str = "255.255.255.0") -> None:
     """Knob for tests: the address NPU port ``npu`` actually has (None: no address), as if
@@ -504,6 +531,7 @@ def reset_npu_ports(name: str, node: str, addresses: list[str],
     order), applied at once (one podman exec for the node)."""
     _knob_path(name, node, "hccn-link").write_text(HCCN_KNOBS["hccn-link"])
     _knob_path(name, node, "hccn-health").write_text(HCCN_KNOBS["hccn-health"])
+    _knob_path(name, node, "hccn-init").write_text(HCCN_KNOBS["hccn-init"])
     _knob_path(name, node, "hccn-ip").write_text(
         HCCN_KNOBS["hccn-ip"] + "".join(f"{d} {a} {netmask}\n" for d, a in enumerate(addresses)))
     devices = " ".join(str(d) for d in range(len(addresses)))
