@@ -163,3 +163,12 @@ def test_rules_above_the_jump_that_cannot_pass_ray_traffic_are_fine():
 def test_no_jump_at_all():
     assert ray.jump_problems(INPUT_HEAD + "-A INPUT -j ACCEPT\n", "A3RL-RAY", CHAIN_RULES) == [
         "INPUT has no jump to A3RL-RAY. Fix: ray-firewall apply."]
+
+
+@pytest.mark.parametrize("where", ["node", "allowed"])
+def test_an_ipv6_source_is_refused(where):
+    """iptables (IPv4) cannot hold an IPv6 source; ip6tables is not managed, so an IPv6
+    node or allowed source would be left open: refused by name."""
+    nodes, allowed = (["fd00::11"], []) if where == "node" else (["10.0.0.11"], ["fd00::/64"])
+    with pytest.raises(ray.RayConfigError, match="only IPv4 sources are supported"):
+        ray.firewall_rules("A3RL-RAY", nodes, ray.ports(PORTS), allowed=allowed)
