@@ -574,7 +574,7 @@ def test_the_disk_checks_count_the_bytes_partial_copies_already_hold(tmp_path, m
     monkeypatch.setattr(stage, "_free_bytes", lambda _p: 500)
     assert stage.check_files(str(root), files)["incoming_bytes"] == 400
     monkeypatch.setattr(stage, "_free_bytes", lambda _p: 399)
-    with pytest.raises(stage.StageError, match="399 bytes free; the copies still to arrive need 400 bytes"):
+    with pytest.raises(stage.StageError, match="399 bytes free; .* need 400 bytes"):
         stage.check_files(str(root), files)
     # The store: a partial download of the artifact counts the same way.
     store = tmp_path / "store"
