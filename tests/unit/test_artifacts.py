@@ -562,3 +562,27 @@ def test_workdir_refuses_unknown_paths(staged, tmp_path):
         stage.build_workdir(
             str(tmp_path / "wd"), {"fw": str(src)}, [{"from": "other", "path": "a", "to": "b"}]
         )
+
+
+def test_the_disk_checks_count_the_bytes_partial_copies_already_hold(tmp_path, monkeypatch):
+    """A resumed transfer needs room for what is still to come only: 1000 bytes declared,
+    600 already here, 500 free is enough (a check of the full size would refuse it)."""
+    root = tmp_path / "node"
+    root.mkdir()
+    (root / "big.bin").write_bytes(b"x" * 600)
+    files = [{"path": "big.bin", "sha256": "0" * 64, "size": 1000}]
+    monkeypatch.setattr(stage, "_free_bytes", lambda _p: 500)
+    assert stage.check_files(str(root), files)["incoming_bytes"] == 400
+    monkeypatch.setattr(stage, "_free_bytes", lambda _p: 399)
+    with pytest.raises(stage.StageError, match="399 bytes free; .* need 400 bytes"):
+        stage.check_files(str(root), files)
+    # The store: a partial download of the artifact counts the same way.
+    store = tmp_path / "store"
+    (store / "models/w").mkdir(parents=True)
+    (store / "models/w/part.safetensors").write_bytes(b"y" * 600)
+    spec = {"kind": "file", "dest": "models/w", "path": str(tmp_path), "size": 1000}
+    monkeypatch.setattr(artifacts, "free_bytes", lambda _p: 500)
+    artifacts.check_space(str(store), "w", spec)
+    monkeypatch.setattr(artifacts, "free_bytes", lambda _p: 399)
+    with pytest.raises(artifacts.ArtifactError, match="needs 0.0 GB more"):
+        artifacts.check_space(str(store), "w", spec)

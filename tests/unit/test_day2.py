@@ -93,3 +93,20 @@ def test_status_names_each_problem():
 def test_status_without_ray():
     got = status.report({"node1": _row()}, {}, [])
     assert "does not answer" in got["problems"][0] and "no answer" in got["table"]
+
+
+def test_the_container_side_clean_honours_check(tmp_path, capsys):
+    """``main`` is what runs inside the training container: --check there removes nothing."""
+    import json
+
+    wd = tmp_path / "wd"
+    (wd / "kernel_meta").mkdir(parents=True)
+    (wd / "kernel_meta/op.o").write_bytes(b"x" * 10)
+    args = {"paths": [f"{wd}/kernel_meta"], "workdir": str(wd), "check": True}
+    assert cache_clean.main(["-", "--json", json.dumps(args)]) == 0
+    assert json.loads(capsys.readouterr().out)["removed"] == {f"{wd}/kernel_meta": 10}
+    assert (wd / "kernel_meta/op.o").exists()
+    args["check"] = False
+    cache_clean.main(["-", "--json", json.dumps(args)])
+    assert json.loads(capsys.readouterr().out)["changed"] is True
+    assert not (wd / "kernel_meta").exists()

@@ -15,6 +15,7 @@ import glob
 import hashlib
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -545,12 +546,121 @@ def test_node_code_parses_as_python_3_7():
     ast.parse(fanout.CONNECTOR, feature_version=(3, 7))
 
 
-PY37 = sorted(glob.glob("/root/.pyenv/versions/3.7*/bin/python3.7"))
+def _py37() -> list[str]:
+    """Pythons 3.7 on this machine that run: A3RL_PYTHON37, pyenv's, python3.7 on PATH (a
+    pyenv shim there may not run, hence the check)."""
+    found = [os.environ.get("A3RL_PYTHON37", "")]
+    found += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.7*/bin/python3.7")))
+    found.append(shutil.which("python3.7") or "")
+    check = "import sys; sys.exit(sys.version_info[:2] != (3, 7))"
+    return [f for f in found if f and os.access(f, os.X_OK)
+            and subprocess.run([f, "-c", check], capture_output=True).returncode == 0]
 
 
-@pytest.mark.skipif(not PY37, reason="no Python 3.7 on this machine (pyenv)")
+PY37 = _py37()
+
+
+def need_py37() -> str:
+    """A Python 3.7 to run, or a skip; in CI (CI=true) a missing 3.7 fails instead. Debian
+    12 packages no 3.7, so a user's fresh machine skips here: the static test
+    ``test_node_code_uses_only_names_checked_on_python_3_7`` guards the property there."""
+    if PY37:
+        return PY37[0]
+    if os.environ.get("CI"):
+        pytest.fail("no Python 3.7 (A3RL_PYTHON37, python3.7 on PATH, ~/.pyenv) on CI")
+    pytest.skip("no Python 3.7 on this machine (set A3RL_PYTHON37)")
+
+
+# Every module, module attribute and builtin the node-side code names, each checked to
+# exist on Python 3.7 (test_the_names_exist_on_python_3_7 resolves them there).
+PY37_NAMES = Path(__file__).parent / "fixtures/fanout_py37_names.txt"
+
+
+def node_side_names(source: str) -> set[str]:
+    """Dotted names the code takes from the standard library: imported modules, their
+    attributes as written (``os.path.join``, ``socket.timeout``) and builtins. Methods of
+    objects (``str.removeprefix``) are not seen: the run on 3.7 covers those."""
+    import builtins
+
+    tree = ast.parse(source)
+    modules: dict[str, str] = {}
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                modules[(a.asname or a.name).split(".")[0]] = a.name.split(".")[0]
+                names.add(a.name)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                names.add(f"{node.module}.{a.name}")
+    assigned = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+                and isinstance(n.ctx, ast.Store)}
+    assigned |= {n.name for n in ast.walk(tree)
+                 if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    assigned |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            chain, cur = [], node
+            while isinstance(cur, ast.Attribute):
+                chain.append(cur.attr)
+                cur = cur.value
+            if isinstance(cur, ast.Name) and cur.id in modules:
+                names.add(".".join([modules[cur.id], *reversed(chain)]))
+        elif (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
+              and node.id not in assigned and node.id not in modules
+              and hasattr(builtins, node.id)):
+            names.add(f"builtins.{node.id}")
+    return names
+
+
+def _recorded() -> set[str]:
+    return {ln.strip() for ln in PY37_NAMES.read_text().splitlines()
+            if ln.strip() and not ln.startswith("#")}
+
+
+def test_node_code_uses_only_names_checked_on_python_3_7():
+    """Runs everywhere, 3.7 or not: a name the node code starts to use (``math.isqrt``,
+    ``shlex.join``, 3.8+) fails here until it is checked on 3.7 and added to the list."""
+    used = node_side_names(SRC.read_text()) | node_side_names(fanout.CONNECTOR)
+    assert sorted(used - _recorded()) == [], f"check these on Python 3.7, add to {PY37_NAMES}"
+    assert sorted(_recorded() - used) == [], f"no longer used: drop from {PY37_NAMES}"
+
+
+def test_node_side_names_sees_a_name_python_3_7_lacks():
+    names = node_side_names("import math, os.path\nfrom shlex import join\n"
+                            "def f(x):\n    return math.isqrt(x), os.path.join('a'), len(x)\n")
+    assert names == {"math", "os.path", "shlex.join", "math.isqrt", "os.path.join",
+                     "builtins.len"}
+
+
+def test_the_names_exist_on_python_3_7():
+    """The recorded list resolves name by name on a real 3.7."""
+    script = ("import builtins, importlib, sys\nbad = []\n"
+              "for name in sys.argv[1:]:\n"
+              "    parts = name.split('.')\n"
+              "    for i in range(len(parts), 0, -1):\n"
+              "        try:\n"
+              "            obj = importlib.import_module('.'.join(parts[:i]))\n"
+              "            break\n"
+              "        except ImportError:\n"
+              "            continue\n"
+              "    else:\n"
+              "        bad.append(name); continue\n"
+              "    try:\n"
+              "        for p in parts[i:]:\n"
+              "            obj = getattr(obj, p)\n"
+              "    except AttributeError:\n"
+              "        bad.append(name)\n"
+              "print(' '.join(bad))\n")
+    py = need_py37()
+    proc = subprocess.run([py, "-c", script, *sorted(_recorded()), "math.isqrt"],
+                          capture_output=True, text=True, check=True)
+    assert proc.stdout.split() == ["math.isqrt"]  # 3.8's isqrt: the check can fail
+
+
 def test_relay_and_connector_run_on_python_3_7(tmp_path, cluster):
     """The oldest Python the nodes may have runs a relay and the connector for real."""
+    py37 = need_py37()
     store, dirs, files, data = cluster
     port = free_port()
     p = fanout.plan(nodes_state(dirs[:2], files), files, port=port, run=RUN,
@@ -574,9 +684,9 @@ def test_relay_and_connector_run_on_python_3_7(tmp_path, cluster):
                 "run": RUN, "peer": hop["peer"], "forward_to": hop["next"],
                 "source": hop["source"], "connect_timeout": 10, "io_timeout": 10,
                 "deadline": 60}
-        procs.append(subprocess.Popen([PY37[-1], "-c", script, str(lone), json.dumps(args)],
+        procs.append(subprocess.Popen([py37, "-c", script, str(lone), json.dumps(args)],
                                       stdout=subprocess.PIPE, text=True))
-    first = dict(p["first"], ssh="sh -c 'exec sh -c \"$1\"'", remote="x", python=PY37[-1])
+    first = dict(p["first"], ssh="sh -c 'exec sh -c \"$1\"'", remote="x", python=py37)
     sent = fanout.send_over_ssh(str(store), p["files"], first, TOKEN, RUN, connect_timeout=10,
                                 io_timeout=10)
     outs = [json.loads(proc.communicate(timeout=30)[0]) for proc in procs]

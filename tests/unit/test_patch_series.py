@@ -432,8 +432,10 @@ def test_not_a_workdir(tmp_path):
 # ------------------------------------------------------------------------ Ansible module
 
 
-@pytest.mark.skipif(not (REPO / ".venv/bin/ansible").exists(), reason="no venv ansible")
 def test_ansible_module_twice(wd, extra):
+    # make test builds the venv first: a missing ansible is a broken set-up, not a skip.
+    assert (REPO / ".venv/bin/ansible").exists(), "no .venv/bin/ansible: run make venv"
+
     def run(*extra_args: str) -> dict:
         proc = subprocess.run(
             [str(REPO / ".venv/bin/ansible"), "localhost", "-m", "a3rl_patch_series",
@@ -452,3 +454,21 @@ def test_ansible_module_twice(wd, extra):
     second = run()
     assert (second["changed"], second["state"]) == (False, "unchanged")
     assert text(wd, "vllm_ascend/added.py") == "ADDED = 1\n"
+
+
+def test_a_state_that_names_an_edited_tree_fails_the_reverse_check(wd, extra):
+    """The index, the work tree and the recorded tree agree, but that tree is not pristine
+    + the series (a hand edit committed to the index and the state): only undoing the
+    series and comparing with pristine notices."""
+    apply(str(wd), series(wd, extra))
+    write(wd / "verl/trainer/core.py", text(wd, "verl/trainer/core.py") + "hand edit\n")
+    git(wd, "add", "-A", "verl")
+    tree = git(wd, "write-tree")
+    state_files = list((wd / ".git").rglob("*.json"))
+    assert len(state_files) == 1, state_files
+    state = json.loads(state_files[0].read_text())
+    state["tree"] = tree
+    state_files[0].write_text(json.dumps(state))
+    r = apply(str(wd), series(wd, extra))
+    assert (r["state"], r["reason"]) == ("reapplied", "reverse check failed")
+    assert "hand edit" not in text(wd, "verl/trainer/core.py")

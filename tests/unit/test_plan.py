@@ -71,7 +71,7 @@ def refused(**kwargs) -> list[str]:
 
 def hydra_parse(overrides: list[str]) -> dict:
     """key -> value as Hydra's own override parser reads them."""
-    parser = pytest.importorskip("hydra.core.override_parser.overrides_parser")
+    from hydra.core.override_parser import overrides_parser as parser
     parsed = parser.OverridesParser.create().parse_overrides(overrides)
     return {o.key_or_group: o.value() for o in parsed}
 
@@ -454,8 +454,10 @@ def layouts(tmp_path_factory) -> dict[str, Path]:
     """The recipe working directory built by the recipe's own scripts from the stand-in
     upstreams (verl = the real 0.6.0 sdist): ``stock`` after build_project.sh, ``patched``
     after apply_all_patches.sh too."""
-    pytest.importorskip("hydra")
-    upstreams = pytest.importorskip("a3rl.sim.upstreams")
+    import hydra  # noqa: F401  (a pinned dependency: a broken install fails here)
+
+    from a3rl.sim import upstreams
+
     up = upstreams.build(log=lambda _msg: None)
     manifest = upstreams.manifest_overrides(up)
     ws = tmp_path_factory.mktemp("workspace")

@@ -115,3 +115,60 @@ def test_dashboard_url_as_the_head_reaches_it(bind, url):
 ])
 def test_installed_version(output, version):
     assert ray.installed_version(output) == version
+
+
+CHAIN_RULES = ray.firewall_rules("A3RL-RAY", ["10.0.0.11", "10.0.0.12"], ray.ports(PORTS))
+INPUT_HEAD = "-P INPUT ACCEPT\n"
+
+
+def test_the_jump_first_guards_the_ports():
+    live = INPUT_HEAD + "-A INPUT -j A3RL-RAY\n-A INPUT -j ACCEPT\n"
+    assert ray.jump_problems(live, "A3RL-RAY", CHAIN_RULES) == []
+
+
+def test_a_jump_moved_below_an_accept_is_refused():
+    """``iptables -C INPUT -j A3RL-RAY`` passes here; the ACCEPT above it lets everyone in."""
+    live = INPUT_HEAD + "-A INPUT -j ACCEPT\n-A INPUT -j A3RL-RAY\n"
+    problems = ray.jump_problems(live, "A3RL-RAY", CHAIN_RULES)
+    assert len(problems) == 1 and "INPUT rule 1 (-A INPUT -j ACCEPT)" in problems[0]
+    assert "before the jump to A3RL-RAY" in problems[0]
+    # An ACCEPT of Ray's GCS port, of all TCP, of NEW, a jump to another chain: each counts.
+    for rule in ("-A INPUT -p tcp -m tcp --dport 29444 -j ACCEPT",
+                 "-A INPUT -p tcp -j ACCEPT",
+                 "-A INPUT -m conntrack --ctstate NEW -j ACCEPT",
+                 "-A INPUT -s 10.0.0.0/8 -j ACCEPT",
+                 "-A INPUT ! -i lo -j ACCEPT",
+                 "-A INPUT -p tcp -m multiport --dports 9000:10001 -j ACCEPT",
+                 "-A INPUT -j DOCKER-USER",
+                 "-A INPUT -j RETURN"):
+        live = f"{INPUT_HEAD}{rule}\n-A INPUT -j A3RL-RAY\n"
+        assert len(ray.jump_problems(live, "A3RL-RAY", CHAIN_RULES)) == 1, rule
+
+
+def test_rules_above_the_jump_that_cannot_pass_ray_traffic_are_fine():
+    above = ["-A INPUT -i lo -j ACCEPT",
+             "-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+             "-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT",
+             "-A INPUT -p udp -j ACCEPT",
+             "-A INPUT -p icmp -j ACCEPT",
+             "-A INPUT -s 10.0.0.12/32 -j ACCEPT",
+             "-A INPUT -p tcp -m multiport --dports 80,443 -j ACCEPT",
+             "-A INPUT -s 203.0.113.9/32 -j DROP",
+             "-A INPUT -j LOG",
+             "-A INPUT -p tcp"]
+    live = INPUT_HEAD + "".join(r + "\n" for r in above) + "-A INPUT -j A3RL-RAY\n"
+    assert ray.jump_problems(live, "A3RL-RAY", CHAIN_RULES) == []
+
+
+def test_no_jump_at_all():
+    assert ray.jump_problems(INPUT_HEAD + "-A INPUT -j ACCEPT\n", "A3RL-RAY", CHAIN_RULES) == [
+        "INPUT has no jump to A3RL-RAY. Fix: ray-firewall apply."]
+
+
+@pytest.mark.parametrize("where", ["node", "allowed"])
+def test_an_ipv6_source_is_refused(where):
+    """iptables (IPv4) cannot hold an IPv6 source; ip6tables is not managed, so an IPv6
+    node or allowed source would be left open: refused by name."""
+    nodes, allowed = (["fd00::11"], []) if where == "node" else (["10.0.0.11"], ["fd00::/64"])
+    with pytest.raises(ray.RayConfigError, match="only IPv4 sources are supported"):
+        ray.firewall_rules("A3RL-RAY", nodes, ray.ports(PORTS), allowed=allowed)

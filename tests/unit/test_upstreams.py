@@ -236,7 +236,6 @@ def test_the_conflict_series_stops_at_the_conflicting_patch(up, workspace, tmp_p
 
 def test_hydra_composes_the_override_only_after_the_patch(workspace, clean_layout,
                                                         monkeypatch):
-    pytest.importorskip("hydra")
     from hydra import compose, initialize_config_dir
     from hydra.errors import ConfigCompositionException
 

@@ -106,6 +106,82 @@ def firewall_rules(chain: str, node_ips: Iterable[str], port_list: Sequence[Any]
     return rules
 
 
+# Targets that cannot let a packet past the chain: they stop it or only look at it.
+_NOT_ACCEPTING = {"DROP", "REJECT", "LOG", "NFLOG"}
+
+
+def _spans(spec: str) -> list[tuple[int, int]]:
+    out = []
+    for part in spec.split(","):
+        a, _, b = part.partition(":")
+        out.append((int(a), int(b or a)))
+    return out
+
+
+def jump_problems(input_rules: str, chain: str, chain_rules: Sequence[str]) -> list[str]:
+    """Why the jump from INPUT to ``chain`` does not guard Ray's ports ([] when it does).
+
+    ``input_rules`` is ``iptables -S INPUT``; ``chain_rules`` are the chain's own rules
+    (``firewall_rules``). ``iptables -C`` only says the jump exists. It guards the ports
+    when no rule above it can let past what the chain drops: a new TCP connection to one
+    of its ports from a source it does not return. A rule above the jump is harmless
+    when its target stops or only logs packets (DROP, REJECT, LOG, NFLOG, none), or when
+    one of its matches (not negated) excludes such a connection: ``-i lo``, a conntrack
+    or state match without NEW, a protocol other than tcp, destination ports outside the
+    chain's, or a source inside one the chain returns. Any other rule (ACCEPT, RETURN to
+    an ACCEPT policy, a jump to another chain, a match this cannot read) counts against.
+    """
+    import shlex
+
+    drop = next((r for r in chain_rules if r.endswith("-j DROP")), "")
+    ray_ports = _spans(drop.split("--dports ")[1].split()[0]) if "--dports " in drop else []
+    returned = []
+    for r in chain_rules:
+        t = r.split()
+        if "-s" in t and t[-1] == "RETURN":
+            returned.append(ipaddress.ip_network(t[t.index("-s") + 1], strict=False))
+
+    def harmless(t: list[str]) -> bool:
+        target = t[t.index("-j") + 1] if "-j" in t else t[t.index("-g") + 1] if "-g" in t else ""
+        if target == "" or target in _NOT_ACCEPTING:
+            return True
+        for i, tok in enumerate(t):
+            if i and t[i - 1] == "!":
+                continue
+            nxt = t[i + 1] if i + 1 < len(t) else ""
+            if nxt == "!":
+                continue
+            if tok == "-i" and nxt == "lo":
+                return True
+            if tok in ("--ctstate", "--state") and "NEW" not in nxt.split(","):
+                return True
+            if tok == "-p" and nxt not in ("tcp", "6", "all"):
+                return True
+            if tok in ("--dport", "--dports", "--destination-port", "--destination-ports"):
+                theirs = _spans(nxt)
+                if ray_ports and not any(a <= d and c <= b for a, b in theirs
+                                         for c, d in ray_ports):
+                    return True
+            if tok == "-s":
+                net = ipaddress.ip_network(nxt.split(",")[0], strict=False)
+                if "," not in nxt and any(net.version == r.version and net.subnet_of(r)
+                                          for r in returned):
+                    return True
+        return False
+
+    rules = [ln for ln in input_rules.splitlines() if ln.startswith("-A INPUT ")]
+    problems = []
+    for n, rule in enumerate(rules, 1):
+        t = shlex.split(rule)
+        if t[2:] == ["-j", chain]:
+            return problems
+        if not harmless(t):
+            problems.append(f"INPUT rule {n} ({rule}) comes before the jump to {chain} and "
+                            "can let past new connections to Ray's ports. Fix: ray-firewall "
+                            "apply puts the jump first.")
+    return [f"INPUT has no jump to {chain}. Fix: ray-firewall apply."]
+
+
 def dashboard_host(bind: str, cluster_ip: str) -> str:
     """The address the dashboard (and the job API on it) listens on."""
     return {"loopback": "127.0.0.1", "cluster": str(cluster_ip), "any": "0.0.0.0"}[str(bind)]
