@@ -816,9 +816,9 @@ def _feature_rules(enabled: Sequence[str], catalogue: Mapping[str, Any], weights
 def _env(model: str, mprof: Mapping[str, Any], p: Mapping[str, Any], enabled: Sequence[str],
          failed: set[str], catalogue: Mapping[str, Any], nodes: int, npus: int, weights: str,
          problems: list[str]) -> dict[str, str]:
-    """recipe_env.model_env with the run's rollout TP and batch cap (VLLM_DP_SIZE and the
-    speculative threshold are the run's, not the model's defaults) and the features'
-    switches; the threshold is -1 (never engage) without SAM, as for random weights."""
+    """recipe_env.model_env with the run's rollout TP and batch cap (the speculative
+    threshold is the run's, not the model's default) and the features' switches; the
+    threshold is -1 (never engage) without SAM, as for random weights."""
     known = {**(mprof.get("features") or {}), **(mprof.get("optional_features") or {})}
     switches: dict[str, Any] = {}
     for name, spec in catalogue.items():
