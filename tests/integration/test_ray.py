@@ -100,12 +100,15 @@ def test_env_scripts_name_each_nodes_own_nic_and_ip(ray_up):
         out = in_container(n, ". /etc/a3rl/env/cluster_env.sh && . /etc/a3rl/env/model_env.sh && "
                               "echo $MASTER_ADDR $MASTER_PORT $CURRENT_IP $SOCKET_IFNAME "
                               "$HCCL_SOCKET_IFNAME $GLOO_SOCKET_IFNAME $TP_SOCKET_IFNAME "
-                              "$NNODES $VLLM_DP_SIZE $VLLM_SPECULATIVE_BATCH_SIZE_THRE")
+                              "$NNODES ${VLLM_DP_SIZE-unset} $VLLM_SPECULATIVE_BATCH_SIZE_THRE "
+                              "$VLLM_ASCEND_ENABLE_NZ")
         addrs = podman.exec_(n.container, "ip", "-o", "-4", "addr", "show").stdout
         nic = next(line.split()[1] for line in addrs.splitlines() if f" {n.ip}/" in line)
         assert nic
-        # qwen3_32b on 2 nodes: 32 NPUs / infer TP 8 = 4 rollout instances; 128 / 4 = 32.
-        assert out.stdout.split() == [head.ip, "29444", n.ip, nic, nic, nic, nic, "2", "4", "32"]
+        # qwen3_32b on 2 nodes: no VLLM_DP_SIZE (the pin removed it); 128 / 4 = 32; NZ
+        # off, as the recipe's ray_start_npu.sh sets it.
+        assert out.stdout.split() == [head.ip, "29444", n.ip, nic, nic, nic, nic, "2",
+                                      "unset", "32", "0"]
         reserved = podman.exec_(n.container, "cat", "/proc/sys/net/ipv4/ip_local_reserved_ports")
         assert "64021-64052" in reserved.stdout
 

@@ -105,7 +105,7 @@ def test_the_five_runs_render_the_recipes_values(key):
     assert m.get("actor_rollout_ref.actor.megatron.expert_model_parallel_size") == row["ep"]
     assert m["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"] == row["per_gpu"]
     assert m["actor_rollout_ref.rollout.max_num_batched_tokens"] == row["tokens"]
-    assert p.env["VLLM_DP_SIZE"] == str(row["infer_dp"])
+    assert "VLLM_DP_SIZE" not in p.env  # the pin removed it (real-upstreams.md)
     assert (p.values["infer_dp"], p.values["train_ep"]) == (row["infer_dp"], row["ep"])
     # The pipeline split: 94 layers as 23/24/24/23 for 235B; 32B splits evenly.
     if "235b" in key:
@@ -216,12 +216,87 @@ def test_features_add_their_overrides_and_env():
     assert base.env["VLLM_ENABLE_EPLB"] == "0"
 
 
-def test_npugraph_ex_runs_the_32b_rollout_with_graphs():
-    assert plan("grpo-qwen3_32b-real").overrides_map()[
-        "actor_rollout_ref.rollout.enforce_eager"] is True
-    m = plan("grpo-qwen3_32b-real", features=["npugraph_ex"]).overrides_map()
+@pytest.mark.parametrize("key", ["grpo-qwen3_32b-real", "dapo-qwen3_32b-real"])
+def test_the_32b_scripts_run_the_rollout_with_graphs(key):
+    # real-upstreams.md: the 32B scripts at the pin set rollout.enforce_eager=False.
+    assert plan(key).overrides_map()["actor_rollout_ref.rollout.enforce_eager"] is False
+    m = plan(key, features=["npugraph_ex"]).overrides_map()
     assert m["actor_rollout_ref.rollout.enforce_eager"] is False
     assert m["actor_rollout_ref.rollout.cudagraph_capture_sizes"] == [16, 32, 64, 128]
+
+
+def test_dapo_32b_kl_coef_is_the_scripts_last_value():
+    # The DAPO 32B script passes algorithm.kl_ctrl.kl_coef=0.0, later 0.001: Hydra keeps
+    # the last. The DAPO 235B script passes 0.0 only.
+    overrides = list(plan("dapo-qwen3_32b-real").overrides)
+    assert [o for o in overrides if o.startswith("algorithm.kl_ctrl.kl_coef=")] == [
+        "algorithm.kl_ctrl.kl_coef=0.001"]
+    assert plan("dapo-qwen3_235b-real").overrides_map()["algorithm.kl_ctrl.kl_coef"] == 0.0
+
+
+@pytest.mark.parametrize("key, nodes, cp, per_gpu", [
+    # TRAIN_CP=$((NODES * 16 / TRAIN_TP / TRAIN_PP)), MAX_TOKEN_LEN_PER_GPU =
+    # (2048 + 34816) / TRAIN_CP in the 32B scripts; 235B random: NODES * 16 / PP / TP.
+    ("grpo-qwen3_32b-real", 2, 2, 18432),
+    ("grpo-qwen3_32b-real", 3, 3, 12288),
+    ("grpo-qwen3_32b-real", 4, 4, 9216),
+    ("dapo-qwen3_32b-real", 4, 4, 9216),
+    ("grpo-qwen3_235b-random", 16, 16, (2048 + 32768) // 16),
+    # The 235B real-weight scripts fix TRAIN_CP=4 whatever NODES is.
+    ("grpo-qwen3_235b-real", 16, 4, (2048 + 32768) // 4),
+])
+def test_derived_values_follow_the_scripts_formulas_on_nodes(key, nodes, cp, per_gpu):
+    m = plan(key, nodes=nodes).overrides_map()
+    assert m["actor_rollout_ref.actor.megatron.context_parallel_size"] == cp
+    assert m["actor_rollout_ref.ref.megatron.context_parallel_size"] == cp
+    assert m[TC + "context_parallel_size"] == cp
+    assert m["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"] == per_gpu
+    assert m["trainer.nnodes"] == nodes
+
+
+def test_a_users_cp_replaces_the_scripts_formula():
+    m = plan("grpo-qwen3_32b-real", nodes=4, extra=[
+        "actor_rollout_ref.actor.megatron.context_parallel_size=2"]).overrides_map()
+    assert m["actor_rollout_ref.actor.megatron.context_parallel_size"] == 2
+    assert m["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"] == 18432
+
+
+def test_a_formula_that_gives_no_cp_is_refused_with_the_reason():
+    assert refused(key="grpo-qwen3_32b-real", extra=[
+        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=64"]) == [
+        "grpo-qwen3_32b-real: the recipe's script derives train_cp = NODES * 16 / TRAIN_TP / "
+        "TRAIN_PP = 0 on 2 nodes; a plan needs at least 1: use more nodes"]
+
+
+@pytest.mark.parametrize("expr, value", [
+    ("NODES * 16 / TRAIN_TP / TRAIN_PP", 3), ("(NODES + 1) * 2 - 1", 7), ("7 / 2", 3),
+    ("-7 / 2", -3), ("NODES / 4", 0),
+])
+def test_shell_arithmetic_is_bashs(expr, value):
+    names = {"NODES": 3, "TRAIN_TP": 8, "TRAIN_PP": 2}
+    assert planmod.shell_arithmetic(expr, names) == value
+    # The same in bash itself, with the same names.
+    bash = subprocess.run(["bash", "-c", f"NODES=3 TRAIN_TP=8 TRAIN_PP=2; echo $(({expr}))"],
+                          capture_output=True, text=True, check=True)
+    assert int(bash.stdout) == value
+
+
+@pytest.mark.parametrize("expr", ["NODES ** 2", "CARDS / 2", "NODES / 0", "__import__('os')",
+                                  "NODES % 3", "1.5 * NODES"])
+def test_shell_arithmetic_refuses_what_the_plans_do_not_use(expr):
+    with pytest.raises(ValueError):
+        planmod.shell_arithmetic(expr, {"NODES": 3})
+
+
+def test_rollout_dp_comes_from_the_rollout_tp_not_the_train_tp():
+    # Issue 26: every recipe run has equal TPs, so a rollout DP from the train TP went
+    # unnoticed. Rollout TP 4, train TP 8 on 32 NPUs: 8 rollout instances, not 4.
+    p = plan("grpo-qwen3_32b-real",
+             extra=["actor_rollout_ref.rollout.tensor_model_parallel_size=4"])
+    assert p.overrides_map()["actor_rollout_ref.rollout.tensor_model_parallel_size"] == 4
+    assert p.overrides_map()["actor_rollout_ref.actor.megatron.tensor_model_parallel_size"] == 8
+    assert p.values["infer_dp"] == 8
+    assert p.values["train_dp"] == 1
 
 
 def test_a_default_feature_can_be_turned_off():
@@ -237,7 +312,7 @@ def test_more_nodes_scale_the_derived_values():
     m = p.overrides_map()
     assert m["trainer.nnodes"] == 16
     assert m["actor_rollout_ref.actor.megatron.expert_model_parallel_size"] == 64
-    assert p.env["VLLM_DP_SIZE"] == "64"
+    assert p.values["infer_dp"] == 64
 
 
 def test_a_user_override_of_a_table_value_is_followed_by_what_derives_from_it():
@@ -359,9 +434,10 @@ def test_checkpoint_record_must_match_the_runs_alltoall_setting():
 def test_every_problem_is_reported_at_once():
     problems = refused(key="grpo-qwen3_235b-random", nodes=2, features=["sam", "resampler"],
                        extra=["data.shuffle=True", f"+{TC}swap_optimizer=yes"])
-    assert len(problems) == 5, problems
+    assert len(problems) == 4, problems
     assert any("needs at least 128 NPUs" in p for p in problems)
-    assert any("4 x 4 x 8 = 128 does not divide the 32 NPUs" in p for p in problems)
+    # The script's own formula gives CP 2 on 2 nodes (4 x 4 x 2 = 32): no layout problem.
+    assert not any("does not divide" in p for p in problems)
     assert any("feature sam needs real weights" in p for p in problems)
     assert any("feature resampler needs data.shuffle=False" in p for p in problems)
     assert any("swap_optimizer must be True or False, not yes" in p for p in problems)

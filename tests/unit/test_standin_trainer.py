@@ -175,7 +175,7 @@ def argv(module: str, layout: Path, name: str, overrides: list[str]) -> list[str
 def fake_cluster(st, **changes):
     """A cluster whose probes answer as the simulated nodes' do (or with ``changes``)."""
     def cluster(nnodes, npus_per_node, timeout, keys):
-        job_env = {"VLLM_DP_SIZE": "4", "NNODES": str(nnodes)}
+        job_env = {"VLLM_ASCEND_ENABLE_NZ": "0", "NNODES": str(nnodes)}
         reports = []
         for i in range(nnodes):
             env = {k: None for k in keys} | job_env | {"MASTER_ADDR": "10.88.0.2"}
@@ -382,7 +382,8 @@ def test_the_probes_verdict_per_node(st):
     assert problems == []
     assert lines[0].startswith("node 1/2: node1 (10.88.0.2) NPU ids 0-15 -> /dev/davinci0-15 "
                                "(16 devices, management: davinci_manager); job env 2/2 as "
-                               "submitted; MASTER_ADDR=10.88.0.2 NNODES=2 VLLM_DP_SIZE=4")
+                               "submitted; MASTER_ADDR=10.88.0.2 NNODES=2 "
+                               "VLLM_ASCEND_ENABLE_NZ=0")
     assert st._ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
 
 
@@ -391,8 +392,8 @@ def test_the_probes_verdict_per_node(st):
     ({"devices": list(range(8))}, "Ray gave NPU id(s) 8-15 but /dev/davinci8 ... is missing"),
     ({"npu_ids": ["0"]}, "Ray gave 1 NPU ids, 16 wanted"),
     ({"node_id": "same"}, "2 nodes wanted, the probes ran on 1"),
-    ({"env": {"VLLM_DP_SIZE": None, "NNODES": "2"}},
-     "the job's VLLM_DP_SIZE='4' did not reach it (it has None)"),
+    ({"env": {"VLLM_ASCEND_ENABLE_NZ": None, "NNODES": "2"}},
+     "the job's VLLM_ASCEND_ENABLE_NZ='0' did not reach it (it has None)"),
 ])
 def test_a_node_without_its_devices_or_env_fails_the_job(st, changes, message):
     lines, problems = st.verify_cluster(fake_cluster(st, **changes)(2, 16, 1.0, ()), 2, 16)

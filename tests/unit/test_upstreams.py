@@ -16,8 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from a3rl.sim import upstreams
+
+ROOT = Path(__file__).resolve().parents[2]
 
 FRAMEWORK_FOLDERS = {"verl": "verl", "megatron": "Megatron-LM", "mindspeed": "MindSpeed",
                      "vllm": "vllm", "vllm_ascend": "vllm-ascend"}
@@ -109,7 +112,8 @@ def test_refs_resolve_as_recorded(up):
     # MindSpeed is pinned by sha and its branch moved on, as upstream's did.
     mindspeed = up.root / "mindspeed.git"
     assert git(mindspeed, "rev-parse", "master^") == up.refs["mindspeed"]
-    gitlink = git(up.root / "vllm_ascend.git", "ls-tree", "v0.14.0", "csrc/third_party/catlass")
+    gitlink = git(up.root / "vllm_ascend.git", "ls-tree", "v0.14.0rc1",
+                  "csrc/third_party/catlass")
     assert gitlink.split()[:3] == ["160000", "commit", up.commits["vllm_ascend_sub"]]
     recipe = up.root / "recipe.git"
     commits = up.recipe_commits
@@ -154,7 +158,7 @@ def test_a_second_build_is_reused_at_once(up):
 
 def test_clone_by_path_gets_the_submodule_at_the_gitlink(up, tmp_path):
     git(tmp_path, "clone", "-q", up.url("vllm_ascend"), "va")
-    git(tmp_path / "va", "checkout", "-q", "v0.14.0")
+    git(tmp_path / "va", "checkout", "-q", "v0.14.0rc1")
     git(tmp_path / "va", "-c", "protocol.file.allow=always", "submodule", "update", "--init")
     sub = tmp_path / "va/csrc/third_party/catlass"
     assert git(sub, "rev-parse", "HEAD") == up.commits["vllm_ascend_sub"]
@@ -165,7 +169,7 @@ def test_clone_over_http_gets_the_submodule_and_the_pick(up, tmp_path):
     with upstreams.serve(up.root) as served:
         assert served.snapshot() == []  # nothing fetched until a client asks
         git(tmp_path, "clone", "-q", f"{served.base_url}/vllm_ascend.git", "va")
-        git(tmp_path / "va", "checkout", "-q", "v0.14.0")
+        git(tmp_path / "va", "checkout", "-q", "v0.14.0rc1")
         git(tmp_path / "va", "submodule", "update", "--init")
         sub = tmp_path / "va/csrc/third_party/catlass"
         assert git(sub, "rev-parse", "HEAD") == up.commits["vllm_ascend_sub"]
@@ -277,3 +281,21 @@ def test_manifest_overrides_point_at_the_repositories(up):
     assert {v["url"] for v in served.values()} == {
         f"http://127.0.0.1:8080/{n}.git"
         for n in ("verl", "megatron", "mindspeed", "vllm", "vllm_ascend", "recipe")}
+
+
+# The real upstreams' ref names at the project's pins, as measured on the public
+# repositories (shared/reference/real-upstreams.md, "Pins"). A stand-in must carry these
+# names, not ones of our own: an invented tag (vllm-ascend "v0.14.0", which upstream never
+# published) let the manifest pin it and every simulated fetch succeed.
+REAL_REFS = {"verl": "v0.6.0", "megatron": "core_v0.12.1", "vllm": "v0.14.1",
+             "vllm_ascend": "v0.14.0rc1"}
+
+
+def test_stand_in_refs_are_the_real_ref_names(up):
+    assert {name: up.refs[name] for name in REAL_REFS} == REAL_REFS
+
+
+def test_manifest_pins_the_refs_the_stand_ins_carry(up):
+    manifest = yaml.safe_load((ROOT / "group_vars/all/artifacts.yml").read_text())
+    pins = manifest["a3rl_artifacts"]
+    assert {name: pins[name]["ref"] for name in REAL_REFS} == REAL_REFS

@@ -14,6 +14,7 @@ play call :func:`plan_from_files` / :func:`make_plan`.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import re
@@ -493,7 +494,16 @@ def make_plan(algo: str, model: str, weights: str, features: Iterable[str] | str
                 if _KEY_PARAMS[okey] == "pipeline_layers" else value
         else:
             extras.append((prefix, okey, value))
-    ok = _check_params(params, problems)
+    # A value the recipe's script derives from NODES is its formula in runs.yml: computed
+    # here as bash would, for this plan's node count (a user's value replaces it).
+    derived_ok = True
+    if isinstance(params["train_cp"], str):
+        cp = _script_formula(key, "train_cp", params["train_cp"], nodes_i, params,
+                             problems) if nodes_i else None
+        derived_ok = cp is not None
+        params["train_cp"] = cp
+    ok = _check_params(params if derived_ok else {**params, "train_cp": 1}, problems) \
+        and derived_ok
     checkpoint = run.get("checkpoint")
     if checkpoint not in CHECKPOINTS:
         problems.append(f"runs.yml {key}: checkpoint {checkpoint!r} is not one of "
@@ -608,6 +618,69 @@ def _size(name: str, value: Any, problems: list[str]) -> int | None:
         value = int(value.strip())
     if not _is_int(value) or value <= 0:
         problems.append(f"{name} must be a positive whole number, not {value!r}")
+        return None
+    return value
+
+
+# The names a run's formula may use: the recipe scripts' shell variables.
+_FORMULA_NAMES = {"TRAIN_TP": "train_tp", "TRAIN_PP": "train_pp", "INFER_TP": "infer_tp",
+                  "MAX_PROMPT_LENGTH": "max_prompt_length",
+                  "MAX_RESPONSE_LENGTH": "max_response_length"}
+
+
+def shell_arithmetic(expr: str, names: Mapping[str, int]) -> int:
+    """``$(( expr ))`` as bash computes it for the recipe scripts' formulas: whole
+    numbers, ``+ - * /`` and parentheses, ``/`` truncating toward zero. Raises
+    ValueError on anything else, an unknown name or a division by zero."""
+    def ev(node: ast.AST) -> int:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and _is_int(node.value):
+            return int(node.value)
+        if isinstance(node, ast.Name):
+            if node.id not in names:
+                raise ValueError(f"unknown name {node.id} (known: {', '.join(names)})")
+            return int(names[node.id])
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult,
+                                                                ast.Div)):
+            a, b = ev(node.left), ev(node.right)
+            if isinstance(node.op, ast.Add):
+                return a + b
+            if isinstance(node.op, ast.Sub):
+                return a - b
+            if isinstance(node.op, ast.Mult):
+                return a * b
+            if b == 0:
+                raise ValueError("division by zero")
+            q = abs(a) // abs(b)
+            return q if (a >= 0) == (b > 0) else -q
+        raise ValueError(f"{ast.dump(node)} is not shell arithmetic the plans use")
+
+    try:
+        tree = ast.parse(expr.strip(), mode="eval")
+    except SyntaxError as e:
+        raise ValueError(f"cannot parse {expr!r}") from e
+    return ev(tree)
+
+
+def _script_formula(key: str, name: str, expr: str, nodes: int, params: Mapping[str, Any],
+                    problems: list[str]) -> Any:
+    """A value the recipe's script derives from NODES (runs.yml holds its formula)."""
+    names = {"NODES": nodes}
+    for var, param in _FORMULA_NAMES.items():
+        value = params.get(param)
+        if _is_int(value) and value > 0:
+            names[var] = value
+    try:
+        value = shell_arithmetic(expr, names)
+    except ValueError as e:
+        problems.append(f"runs.yml {key}: {name} = {expr}: {e}")
+        return None
+    if value <= 0:
+        problems.append(f"{key}: the recipe's script derives {name} = {expr} = {value} on "
+                        f"{nodes} nodes; a plan needs at least 1: use more nodes")
         return None
     return value
 
@@ -816,9 +889,9 @@ def _feature_rules(enabled: Sequence[str], catalogue: Mapping[str, Any], weights
 def _env(model: str, mprof: Mapping[str, Any], p: Mapping[str, Any], enabled: Sequence[str],
          failed: set[str], catalogue: Mapping[str, Any], nodes: int, npus: int, weights: str,
          problems: list[str]) -> dict[str, str]:
-    """recipe_env.model_env with the run's rollout TP and batch cap (VLLM_DP_SIZE and the
-    speculative threshold are the run's, not the model's defaults) and the features'
-    switches; the threshold is -1 (never engage) without SAM, as for random weights."""
+    """recipe_env.model_env with the run's rollout TP and batch cap (the speculative
+    threshold is the run's, not the model's default) and the features' switches; the
+    threshold is -1 (never engage) without SAM, as for random weights."""
     known = {**(mprof.get("features") or {}), **(mprof.get("optional_features") or {})}
     switches: dict[str, Any] = {}
     for name, spec in catalogue.items():

@@ -1,7 +1,7 @@
 """Values of the recipe's per-node env scripts that are derived, never typed by hand.
 
-The recipe's model env scripts carry numbers a person works out for each run
-(``VLLM_DP_SIZE``, the speculative-decoding batch threshold) and the HCCL port range
+The recipe's model env scripts carry numbers a person works out for each run (the
+speculative-decoding batch threshold) and the HCCL port range
 must be reserved on every node. These functions compute them from the inventory and
 the model profile (``group_vars/all/models.yml``); the ``recipe_env`` role renders them.
 """
@@ -47,7 +47,9 @@ def model_env(model: Mapping[str, Any], nodes: int, npus_per_node: int,
             )
         switches[str(key)] = _env_value(value)
     env = dict(switches)
-    env["VLLM_DP_SIZE"] = str(npus // infer_tp)
+    # No VLLM_DP_SIZE: the recipe's pin removed it from qwen3_235b_env.sh, and a value
+    # above 1 sends verl's patched rollout down the r1_ascend parallel-state path the
+    # recipe no longer uses (real-upstreams.md, "Environment the recipe sets").
     # Speculative decoding engages below this batch size; the recipe turns it off (-1)
     # for random weights, whose drafts would never be accepted.
     env["VLLM_SPECULATIVE_BATCH_SIZE_THRE"] = "-1" if random_weights else str(max_num_seqs // 4)

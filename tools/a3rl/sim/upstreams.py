@@ -13,7 +13,7 @@ message), except verl, whose tree is the real verl 0.6.0 source distribution fro
   for upstream commit 448c6c3 that the recipe cherry-picks with ``-n -X theirs``.
 * ``megatron.git`` (NVIDIA/Megatron-LM) tag ``core_v0.12.1``; ``mindspeed.git``
   (Ascend/MindSpeed, branch ``master``) pinned by commit sha, with a later commit on top;
-  ``vllm.git`` tag ``v0.14.1``; ``vllm_ascend.git`` tag ``v0.14.0`` with a git submodule at
+  ``vllm.git`` tag ``v0.14.1``; ``vllm_ascend.git`` tag ``v0.14.0rc1`` with a git submodule at
   ``csrc/third_party/catlass`` whose URL is relative (``../vllm_ascend_sub.git``), so it
   resolves whether the repositories are reached by path or over http.
 * ``recipe.git`` (hicann/cann-recipes-train): ``llm_rl/qwen3`` with ``requirements.txt``,
@@ -522,7 +522,7 @@ _VLLM_ASCEND_FILES = {
     "README.md": _d(f"""
         # vLLM-Ascend (stand-in)
 
-        Stand-in made by a3rl's simulator for vllm-project/vllm-ascend at tag `v0.14.0`:
+        Stand-in made by a3rl's simulator for vllm-project/vllm-ascend at tag `v0.14.0rc1`:
         the `vllm_ascend` files the Qwen3 recipe patches, a few lines each, and a git
         submodule at `csrc/third_party/catlass`. {NOTE}.
         """),
@@ -531,20 +531,20 @@ _VLLM_ASCEND_FILES = {
         \tpath = csrc/third_party/catlass
         \turl = ../vllm_ascend_sub.git
         """),
-    "setup.py": _header("vllm-ascend v0.14.0", "setup.py") + _d("""
+    "setup.py": _header("vllm-ascend v0.14.0rc1", "setup.py") + _d("""
         from setuptools import find_packages, setup
 
-        setup(name="vllm_ascend", version="0.14.0", packages=find_packages())
+        setup(name="vllm_ascend", version="0.14.0rc1", packages=find_packages())
         """),
     "csrc/CMakeLists.txt": _d("""
-        # STAND-IN made by a3rl's simulator for vllm-ascend v0.14.0's csrc/CMakeLists.txt.
+        # STAND-IN made by a3rl's simulator for vllm-ascend v0.14.0rc1's csrc/CMakeLists.txt.
         add_subdirectory(third_party/catlass)
         """),
-    "vllm_ascend/__init__.py": _header("vllm-ascend v0.14.0", "package root") + _d("""
+    "vllm_ascend/__init__.py": _header("vllm-ascend v0.14.0rc1", "package root") + _d("""
         def register():
             return "vllm_ascend.platform.NPUPlatform"
         """),
-    "vllm_ascend/spec_decode/__init__.py": _header("vllm-ascend v0.14.0", "proposers") + _d("""
+    "vllm_ascend/spec_decode/__init__.py": _header("vllm-ascend v0.14.0rc1", "proposers") + _d("""
         def get_spec_decode_method(method, vllm_config, device, runner):
             if method == "ngram":
                 from vllm_ascend.spec_decode.ngram_proposer import NgramProposer
@@ -552,7 +552,7 @@ _VLLM_ASCEND_FILES = {
                 return NgramProposer(vllm_config, device, runner)
             raise ValueError(f"Unknown speculative decoding method: {method}")
         """),
-    "vllm_ascend/spec_decode/ngram_proposer.py": _header("vllm-ascend v0.14.0",
+    "vllm_ascend/spec_decode/ngram_proposer.py": _header("vllm-ascend v0.14.0rc1",
                                                          "n-gram proposer") + _d("""
         class NgramProposer:
             def __init__(self, vllm_config, device, runner):
@@ -560,8 +560,8 @@ _VLLM_ASCEND_FILES = {
                 self.device = device
                 self.runner = runner
         """),
-    "vllm_ascend/worker/__init__.py": _header("vllm-ascend v0.14.0", "worker package"),
-    "vllm_ascend/worker/model_runner_v1.py": _header("vllm-ascend v0.14.0",
+    "vllm_ascend/worker/__init__.py": _header("vllm-ascend v0.14.0rc1", "worker package"),
+    "vllm_ascend/worker/model_runner_v1.py": _header("vllm-ascend v0.14.0rc1",
                                                      "NPU model runner") + _d("""
         class NPUModelRunner:
             def __init__(self, vllm_config, device):
@@ -615,9 +615,10 @@ def _build_frameworks(scratch: Path, root: Path) -> dict[str, str]:
     _git(work, "add", "-A")
     _git(work, "update-index", "--add", "--cacheinfo",
          f"160000,{commits['vllm_ascend_sub']},{CATLASS_PATH}")
-    _git(work, "commit", "-q", "-m", f"vLLM-Ascend v0.14.0 with its catlass submodule ({NOTE})")
+    _git(work, "commit", "-q", "-m",
+         f"vLLM-Ascend v0.14.0rc1 with its catlass submodule ({NOTE})")
     commits["vllm_ascend"] = _rev(work, "HEAD")
-    _git(work, "tag", "-a", "-m", f"v0.14.0 ({NOTE})", "v0.14.0")
+    _git(work, "tag", "-a", "-m", f"v0.14.0rc1 ({NOTE})", "v0.14.0rc1")
     _publish(work, root / "vllm_ascend.git", "vllm-project/vllm-ascend")
     return commits
 
@@ -974,7 +975,7 @@ def _build_into(out: Path, sdist: Path, log: Log = print) -> dict:
         verl, pick = _build_verl(scratch / "verl", root / "verl.git", sdist)
         commits = {"verl": verl, **_build_frameworks(scratch, root)}
         refs = {"verl": f"v{VERL_VERSION}", "megatron": "core_v0.12.1",
-                "mindspeed": commits["mindspeed"], "vllm": "v0.14.1", "vllm_ascend": "v0.14.0"}
+                "mindspeed": commits["mindspeed"], "vllm": "v0.14.1", "vllm_ascend": "v0.14.0rc1"}
         recipe = _build_recipe(scratch, root, refs, pick, out / "project-patches")
     refs["recipe"] = commits["recipe"] = recipe["clean"]
     return {"refs": refs, "commits": commits, "verl_pick": pick, "recipe_commits": recipe}

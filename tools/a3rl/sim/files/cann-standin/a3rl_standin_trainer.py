@@ -76,7 +76,7 @@ DEFAULT_STEP_SECONDS = 2.0
 DEFAULT_RAY_TIMEOUT = 120.0
 # Shown for every node besides the job's own env (recipe.md, "Per-node environment").
 ENV_SHOWN = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NPUS_PER_NODE", "CURRENT_IP",
-             "SOCKET_IFNAME", "HCCL_SOCKET_IFNAME", "HCCL_IF_BASE_PORT", "VLLM_DP_SIZE",
+             "SOCKET_IFNAME", "HCCL_SOCKET_IFNAME", "HCCL_IF_BASE_PORT", "VLLM_ASCEND_ENABLE_NZ",
              "USE_ALLTOALL_OVERLAP", "ASCEND_RT_VISIBLE_DEVICES", "SOC_VERSION")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json")
 # The record the simulator's stand-in converter writes into a dist-checkpoint.
