@@ -144,7 +144,8 @@ def test_the_five_runs_render_the_recipes_values(key):
             ("verl.trainer.main_ppo", "ppo_megatron_trainer")
         assert m["data.train_files"] == f"{ASSETS}/data/deepscaler/train.parquet"
         assert m["data.val_files"] == f"{ASSETS}/data/deepscaler/valid.parquet"
-        assert m["custom_reward_function.path"] == f"{WORKDIR}/a3rl_rewards/deepscaler.py"
+        # The recipe's own deepscaler.py, from the working directory (real-upstreams.md).
+        assert m["custom_reward_function.path"] == f"{WORKDIR}/deepscaler.py"
         assert m["custom_reward_function.name"] == "compute_score"
         assert "data.gen_batch_size" not in m and "reward_model.reward_manager" not in m
     else:
@@ -362,7 +363,7 @@ def test_resampler_refuses_shuffle():
 def test_unknown_names():
     assert refused(features="sam,turbo") == [
         "unknown feature 'turbo': use one of sam, npugraph_ex, resampler, early_stop, "
-        "rebalance, hdp, eplb, alltoall_overlap (or no-<name> to turn a default off)"]
+        "rebalance, hdp, eplb, alltoall_overlap, a3rl_grader (or no-<name> to turn a default off)"]
     with pytest.raises(PlanError) as e:
         plan_from_files(ROOT, "ppo", "qwen3_8b", "fake", None, None, None, ASSETS, WORKDIR)
     assert e.value.problems == ["unknown algorithm 'ppo': use one of grpo, dapo",
@@ -386,6 +387,19 @@ def test_feature_requirements_and_conflicts():
     assert refused(key="grpo-qwen3_235b-random", features=["hdp"]) == [
         "feature hdp needs actor_rollout_ref.actor.use_dynamic_bsz=True; the plan has "
         "actor_rollout_ref.actor.use_dynamic_bsz=False"]
+
+
+def test_the_recipe_reward_by_default_and_the_project_grader_only_by_name():
+    """The recipe's deepscaler.py unless a3rl_grader is asked for; DAPO has no custom one."""
+    for key in ("grpo-qwen3_32b-real", "grpo-qwen3_235b-real", "grpo-qwen3_235b-random"):
+        assert plan(key=key).overrides_map()["custom_reward_function.path"] == \
+            f"{WORKDIR}/deepscaler.py"
+        m = plan(key=key, features=["a3rl_grader"]).overrides_map()
+        assert m["custom_reward_function.path"] == f"{WORKDIR}/a3rl_rewards/deepscaler.py"
+        assert m["custom_reward_function.name"] == "compute_score"
+    assert refused(key="dapo-qwen3_32b-real", features=["a3rl_grader"]) == [
+        "feature a3rl_grader replaces the custom reward function, which the dapo runs do not "
+        "use (drop the feature a3rl_grader)"]
 
 
 @pytest.mark.parametrize("nodes, npus, shown", [
@@ -633,7 +647,7 @@ def test_make_plan_takes_the_group_vars_as_ansible_has_them():
     m = p.overrides_map()
     assert m["data.train_files"] == "/srv/data/deepscaler/train.parquet"
     assert m["actor_rollout_ref.model.path"] == "/srv/models/Qwen3-32B"
-    assert m["custom_reward_function.path"] == "/srv/wd/a3rl_rewards/deepscaler.py"
+    assert m["custom_reward_function.path"] == "/srv/wd/deepscaler.py"
     assert planmod.plan_job(profiles, "grpo", "qwen3_32b", "real") == p.job()
     # A forgotten variable would silently drop its overrides: refused instead.
     del profiles["a3rl_model_overrides"]

@@ -299,3 +299,29 @@ def test_manifest_pins_the_refs_the_stand_ins_carry(up):
     manifest = yaml.safe_load((ROOT / "group_vars/all/artifacts.yml").read_text())
     pins = manifest["a3rl_artifacts"]
     assert {name: pins[name]["ref"] for name in REAL_REFS} == REAL_REFS
+
+
+# The recipe's reward rule (real-upstreams.md, "Run scripts at the pin"): 1.0 when the
+# ground truth is a substring of the solution or equals the last \boxed{} content (the
+# string "None" without a box); else 0.0.
+@pytest.mark.parametrize("solution, truth, score", [
+    (r"so \boxed{\frac{1}{2}}", r"\frac{1}{2}", 1.0),
+    (r"so \boxed{3}", "4", 0.0),
+    ("the answer is 12", "2", 1.0),                       # substring: pays
+    (r"\boxed{1} then \boxed{a{b}}", "a{b}", 1.0),        # last box, braces matched
+    (r"\boxed{5} then \boxed{6}", "5", 1.0),              # "5" is a substring
+    (r"\boxed{x} and \boxed{7}", "y", 0.0),
+    ("no box at all", "None", 1.0),                        # the "None" quirk, as mathruler
+    ("no box", "8", 0.0),
+])
+def test_the_recipe_reward_is_in_the_working_directory_with_its_rule(clean_layout, solution,
+                                                                     truth, score):
+    """The path the GRPO plans pass (custom_reward_function.path=<workdir>/deepscaler.py)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("recipe_reward",
+                                                  clean_layout / "deepscaler.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert "STAND-IN" in (clean_layout / "deepscaler.py").read_text()
+    assert mod.compute_score("deepscaler", solution, truth) == score

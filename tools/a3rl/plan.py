@@ -533,6 +533,10 @@ def make_plan(algo: str, model: str, weights: str, features: Iterable[str] | str
                          (f"a3rl_runs.{key}", run.get("overrides"))):
         _apply(ov, layer or {}, where, problems, computed_ok=False)
     if values:
+        # A feature may name another reward file (a3rl_grader): it replaces the recipe's.
+        rewards = [catalogue[n]["reward"] for n in enabled if (catalogue[n] or {}).get("reward")]
+        if rewards and aprof.get("reward"):
+            aprof = {**aprof, "reward": rewards[-1]}
         computed = _computed(algo, aprof, mprof, checkpoint, params, values, nodes_i, npn_i,
                              paths, problems)
         _apply(ov, computed, "computed", problems, computed_ok=True)
@@ -545,7 +549,8 @@ def make_plan(algo: str, model: str, weights: str, features: Iterable[str] | str
     final = {k: v for k, (_, v) in ov.items()}
 
     # Features: what each needs, what it cannot run with.
-    rule_problems, failed = _feature_rules(enabled, catalogue, weights, moe, params, final)
+    rule_problems, failed = _feature_rules(enabled, catalogue, weights, moe, params, final,
+                                           algo, bool(aprof.get("reward")))
     problems += rule_problems
 
     # The env: the model env script's variables for this run, its features switched.
@@ -850,7 +855,8 @@ def _apply(ov: dict[str, tuple[str, Any]], layer: Mapping[str, Any], where: str,
 
 def _feature_rules(enabled: Sequence[str], catalogue: Mapping[str, Any], weights: str,
                    moe: bool, p: Mapping[str, Any],
-                   final: Mapping[str, Any]) -> tuple[list[str], set[str]]:
+                   final: Mapping[str, Any], algo: str = "",
+                   has_reward: bool = True) -> tuple[list[str], set[str]]:
     """Problems with the enabled features, and the features that have one."""
     problems: list[str] = []
     failed: set[str] = set()
@@ -864,6 +870,9 @@ def _feature_rules(enabled: Sequence[str], catalogue: Mapping[str, Any], weights
                             f"{weights} weights (drop it: {FEATURE_OFF}{name})")
         if req.get("moe") and not moe:
             problems.append(f"feature {name} needs a MoE model")
+        if req.get("reward") and not has_reward:
+            problems.append(f"feature {name} replaces the custom reward function, which the "
+                            f"{algo} runs do not use (drop the feature {name})")
         for other in req.get("features") or []:
             if other not in enabled:
                 problems.append(f"feature {name} needs feature {other}")

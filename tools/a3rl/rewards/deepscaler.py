@@ -1,8 +1,11 @@
 r"""verl custom reward for the recipe's GRPO runs on DeepScaleR data (data_source "deepscaler").
 
-verl's default scorer has no rule for ``data_source="deepscaler"``, so the GRPO runs name
-this file in ``custom_reward_function.path`` and ``compute_score`` in
-``custom_reward_function.name``. verl calls ``compute_score(data_source=..., solution_str=...,
+verl's default scorer has no rule for ``data_source="deepscaler"``. By default the GRPO
+runs use the recipe's own ``deepscaler.py`` from the working directory, as the recipe's
+scripts do; this file, the project's grader, is used only with the opt-in feature
+``a3rl_grader`` (a deviation from the recipe: docs/recipe-conformance.md), which names it
+in ``custom_reward_function.path`` and ``compute_score`` in ``custom_reward_function.name``.
+verl calls ``compute_score(data_source=..., solution_str=...,
 ground_truth=..., extra_info=...)`` once per response and uses the float as the reward:
 1.0 when the response's final answer is right, 0.0 otherwise. It never raises: one odd
 response must not kill a training step that took an hour of rollout.
