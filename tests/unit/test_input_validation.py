@@ -3,8 +3,6 @@ nothing half-written kept as whole, every bad value refused with the variable an
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from a3rl import artifacts, manifest

@@ -128,7 +128,8 @@ def dest_problems(name: str, spec: dict[str, Any]) -> list[str]:
     if "dest" not in spec or spec.get("dest") in (None, ""):
         return []
     dest = spec["dest"]
-    fix = "Fix: set `dest` in a3rl_artifacts or a3rl_artifact_overrides to a path such as models/<name>."
+    fix = ("Fix: set `dest` in a3rl_artifacts or a3rl_artifact_overrides to a path such "
+           "as models/<name>.")
     if not isinstance(dest, str):
         return [f"artifact {name}: dest is {dest!r} ({type(dest).__name__}), not a path "
                 f"string. {fix}"]
