@@ -3,6 +3,8 @@ nothing half-written kept as whole, every bad value refused with the variable an
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from a3rl import artifacts, manifest
@@ -81,3 +83,39 @@ def test_a_folder_artifact_at_the_store_root_cannot_reach_the_manifest(tmp_path)
     with pytest.raises(artifacts.ArtifactError, match="the store itself"):
         artifacts.ensure(str(store), "b", {"kind": "file", "dest": ".", "path": str(src)})
     assert (store / "manifest.json").exists() and (store / "keep/f").exists()
+
+
+# ------------------------------------------------------- 25.2 bundle tar cut short
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _bundle_play(bundle: Path) -> str:
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        # no inventory file: the implicit localhost, as on a connected machine's checkout
+        [str(Path(sys.executable).with_name("ansible-playbook")),
+         "-i", str(bundle.parent / "no-inventory"), str(REPO / "playbooks/bundle.yml"),
+         "-e", '{"bundle_groups": ["none"]}',
+         "-e", "bundle_tarball=true", "-e", f"a3rl_bundle_dir={bundle}"],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    return proc.stdout
+
+
+def test_a_bundle_tar_cut_short_is_packed_again(tmp_path):
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    (bundle / "manifest.json").write_text('{"version": 1, "artifacts": {}}')
+    (bundle / "x").write_text("x" * 20000)
+    _bundle_play(bundle)
+    tar = tmp_path / "b.tar"
+    whole = tar.stat().st_size
+    assert "changed=0" in _bundle_play(bundle)
+    with open(tar, "r+b") as f:
+        f.truncate(whole // 2)
+    assert "changed=1" in _bundle_play(bundle)
+    assert tar.stat().st_size == whole and not (tmp_path / "b.tar.part").exists()
