@@ -119,3 +119,23 @@ def test_a_bundle_tar_cut_short_is_packed_again(tmp_path):
         f.truncate(whole // 2)
     assert "changed=1" in _bundle_play(bundle)
     assert tar.stat().st_size == whole and not (tmp_path / "b.tar.part").exists()
+
+
+# ------------------------------------------------- 21.6 cache clean, symlinked parent
+
+
+def test_cache_clean_refuses_a_path_under_a_symlinked_parent(tmp_path):
+    from a3rl import cache_clean
+
+    root = tmp_path / "root"
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "kernel_meta").mkdir(parents=True)
+    (elsewhere / "kernel_meta/precious").write_text("not a cache of this job")
+    (root / "data").mkdir(parents=True)
+    (root / "data/job").symlink_to(elsewhere)
+    with pytest.raises(cache_clean.CacheError, match="a folder above it is a symlink"):
+        cache_clean.clean(["/data/job/kernel_meta"], "/data/job", root=str(root))
+    assert (elsewhere / "kernel_meta/precious").exists()
+    (root / "data/real/kernel_meta").mkdir(parents=True)
+    got = cache_clean.clean(["/data/real/kernel_meta"], "/data/real", root=str(root))
+    assert got["changed"] and not (root / "data/real/kernel_meta").exists()
