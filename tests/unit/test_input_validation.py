@@ -139,3 +139,18 @@ def test_cache_clean_refuses_a_path_under_a_symlinked_parent(tmp_path):
     (root / "data/real/kernel_meta").mkdir(parents=True)
     got = cache_clean.clean(["/data/real/kernel_meta"], "/data/real", root=str(root))
     assert got["changed"] and not (root / "data/real/kernel_meta").exists()
+
+
+# ---------------------------------------------------------- 21.7 rsync --protect-args
+
+
+@pytest.mark.parametrize("tasks", ["pull.yml", "send.yml"])
+def test_every_rsync_of_the_store_protects_its_arguments(tasks):
+    import yaml
+
+    text = (REPO / "roles/artifact_store/tasks" / tasks).read_text()
+    rsyncs = [t for t in yaml.safe_load(text)
+              if "rsync" in str(t.get("ansible.builtin.command", {}).get("argv", ""))[:20]]
+    assert rsyncs, f"no rsync task found in {tasks}"
+    for task in rsyncs:
+        assert "--protect-args" in str(task["ansible.builtin.command"]["argv"]), task["name"]
