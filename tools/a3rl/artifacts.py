@@ -103,15 +103,73 @@ def validate(name: str, spec: dict[str, Any]) -> list[str]:
     sha = spec.get("sha256")
     if sha and not re.fullmatch(r"[0-9a-f]{64}", str(sha)):
         problems.append(f"artifact {name}: sha256 {sha!r} is not 64 lowercase hex digits.")
-    dest = str(spec.get("dest", ""))
-    if dest.startswith("/") or ".." in dest.split("/"):
-        problems.append(f"artifact {name}: dest {dest!r} must be a relative path inside the store.")
+    problems.extend(dest_problems(name, spec))
     for pick in spec.get("cherry_picks") or []:
         if not isinstance(pick, dict) or not pick.get("commit"):
             problems.append(
                 f"artifact {name}: each cherry_picks entry needs `commit` "
                 "(and `fetch`, the ref that holds it)."
             )
+    return problems
+
+
+# The store's own files: an entry whose dest names one would overwrite (or prune) them.
+_STORE_OWN = (MANIFEST, MANIFEST + ".tmp", ".lock")
+
+
+def _dest_key(dest: str) -> str:
+    """A dest as a comparable relative path: ``a//b/./c/`` -> ``a/b/c``; ``./`` -> ``.``."""
+    return os.path.normpath(dest) if dest else ""
+
+
+def dest_problems(name: str, spec: dict[str, Any]) -> list[str]:
+    """A ``dest`` must be a string naming a path strictly inside the store that is not
+    one of the store's own files: a folder artifact at ``.`` would prune the whole store."""
+    if "dest" not in spec or spec.get("dest") in (None, ""):
+        return []
+    dest = spec["dest"]
+    fix = ("Fix: set `dest` in a3rl_artifacts or a3rl_artifact_overrides to a path such "
+           "as models/<name>.")
+    if not isinstance(dest, str):
+        return [f"artifact {name}: dest is {dest!r} ({type(dest).__name__}), not a path "
+                f"string. {fix}"]
+    key = _dest_key(dest)
+    if dest.startswith("/") or ".." in dest.split("/") or key.startswith(".."):
+        return [f"artifact {name}: dest {dest!r} must be a relative path inside the store. {fix}"]
+    if key == ".":
+        return [f"artifact {name}: dest {dest!r} is the store itself; a folder copied there "
+                f"would remove every other artifact and the store's manifest. {fix}"]
+    if key in _STORE_OWN or key.split("/")[0] in _STORE_OWN:
+        return [f"artifact {name}: dest {dest!r} is the store's own file {key.split('/')[0]} "
+                f"(its record or lock). {fix}"]
+    return []
+
+
+def dest_overlap_problems(manifest: dict[str, Any]) -> list[str]:
+    """Entries whose dests are the same or one inside the other: a folder artifact is
+    copied and pruned as a whole, so it would overwrite or delete the other's files."""
+    dests = []
+    for name, spec in manifest.items():
+        if isinstance(spec, dict) and isinstance(spec.get("dest"), str) and spec["dest"]:
+            key = _dest_key(spec["dest"])
+            if key not in (".", "") and not key.startswith(".."):
+                dests.append((name, spec["dest"], key))
+    problems = []
+    for i, (a, a_dest, a_key) in enumerate(dests):
+        for b, b_dest, b_key in dests[i + 1:]:
+            if a_key == b_key:
+                how = "is the same path as"
+            elif b_key.startswith(a_key + "/"):
+                how = "contains"
+            elif a_key.startswith(b_key + "/"):
+                how = "lies inside"
+            else:
+                continue
+            problems.append(
+                f"artifact {a}: dest {a_dest!r} {how} the dest {b_dest!r} of artifact {b}; "
+                "copying or pruning one would overwrite or delete the other's files. Fix: give "
+                "each entry its own folder in a3rl_artifacts or a3rl_artifact_overrides "
+                "(e.g. models/<name>), none inside another.")
     return problems
 
 
@@ -420,9 +478,11 @@ def download(
 
 def _copy_tree(
     src: str, dest: str, log: Callable[[str], None], patterns: list[str] | None = None
-) -> None:
+) -> list[str]:
     """Copy a folder file by file (only files ``patterns`` match, when given); a file
-    already there with its size and mtime is kept."""
+    already there with its size and mtime is kept. Returns the copied paths, relative to
+    ``dest``, sorted: what the artifact is made of (not whatever else is in ``dest``)."""
+    copied = []
     for root, dirs, names in os.walk(src):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for n in sorted(names):
@@ -433,6 +493,7 @@ def _copy_tree(
             if patterns and not any(fnmatch.fnmatch(rel, p) for p in patterns):
                 continue
             d = os.path.join(dest, rel)
+            copied.append(rel)
             st = os.stat(s)
             if os.path.isfile(d):
                 dt = os.stat(d)
@@ -443,19 +504,27 @@ def _copy_tree(
             shutil.copyfile(s, d + ".part")
             os.utime(d + ".part", ns=(st.st_atime_ns, st.st_mtime_ns))
             os.replace(d + ".part", d)
+    return sorted(copied)
 
 
-def _prune(src: str, dest: str, patterns: list[str] | None, log: Callable[[str], None]) -> None:
-    """Remove files of a copied folder that its source no longer has (or no longer
-    selects), so a renamed shard is not recorded and placed beside its successor."""
-    for root, _dirs, names in os.walk(dest):
-        for n in names:
-            d = os.path.join(root, n)
-            rel = os.path.relpath(d, dest)
-            wanted = not patterns or any(fnmatch.fnmatch(rel, p) for p in patterns)
-            if not (wanted and os.path.isfile(os.path.join(src, rel))):
-                log(f"removing {d}: not in {src}")
-                os.unlink(d)
+def _prune(
+    store: str, copied: list[str], dest_rel: str, previous: dict[str, Any] | None,
+    log: Callable[[str], None],
+) -> None:
+    """Remove the files this entry recorded earlier that its source no longer has (or no
+    longer selects), so a renamed shard is not placed beside its successor. Only files
+    of the entry's own earlier record are removed: whatever else is in the folder (another
+    artifact, a package put there by hand) is not this entry's to delete."""
+    keep = {os.path.join(dest_rel, rel) for rel in copied}
+    prefix = _dest_key(dest_rel) + "/"
+    for rec in (previous or {}).get("files", []):
+        path = str(rec.get("path", ""))
+        if path in keep or not _dest_key(path).startswith(prefix):
+            continue
+        full = os.path.join(store, path)
+        if os.path.isfile(full) and not os.path.islink(full):
+            log(f"removing {full}: no longer in the source")
+            os.unlink(full)
 
 
 def _tree_records(store: str, dest: str, patterns: list[str] | None = None) -> list[dict]:
@@ -477,11 +546,13 @@ def _tree_records(store: str, dest: str, patterns: list[str] | None = None) -> l
 
 
 def fetch_file(
-    store: str, name: str, spec: dict[str, Any], log: Callable[[str], None]
+    store: str, name: str, spec: dict[str, Any], log: Callable[[str], None],
+    previous: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A file or folder the site provides (vendor packages, image archives, a dataset or
     model already on the controller): copied from ``path`` into the store, or expected at
-    ``dest`` already; a single file is checked against ``sha256``."""
+    ``dest`` already; a single file is checked against ``sha256``. ``previous`` is the
+    entry's earlier record: of a copied folder, only its files are ever pruned."""
     dest = os.path.join(store, spec["dest"])
     src = spec.get("path")
     if src and os.path.abspath(src) != os.path.abspath(dest):
@@ -491,8 +562,13 @@ def fetch_file(
                 "or correct `path` in the manifest."
             )
         if os.path.isdir(src):
-            _copy_tree(src, dest, log, spec.get("allow_patterns"))
-            _prune(src, dest, spec.get("allow_patterns"), log)
+            copied = _copy_tree(src, dest, log, spec.get("allow_patterns"))
+            _prune(store, copied, spec["dest"], previous, log)
+            if not copied:
+                raise ArtifactError(f"artifact {name}: the folder {src} holds no files "
+                                    "(allow_patterns?).")
+            return {"files": [file_record(store, os.path.join(spec["dest"], rel))
+                              for rel in copied]}
         else:
             os.makedirs(os.path.dirname(dest), exist_ok=True)
             log(f"{name}: copying {src}")
@@ -759,6 +835,8 @@ def ensure(
             result = fetch_wheelhouse(store, name, spec, log, manifest)
         elif spec["kind"] == "modelscope":
             result = fetch_modelscope(store, name, spec, log, token=token)
+        elif spec["kind"] == "file":
+            result = fetch_file(store, name, spec, log, previous=entry)
         else:
             result = fetcher(store, name, spec, log)
         entry = {

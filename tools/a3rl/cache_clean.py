@@ -102,9 +102,16 @@ def plan(values: list[Any], workdir: str, root: str = "/") -> tuple[list[str], l
     targets = []
     for value in dict.fromkeys(posixpath.normpath(v) for v in values):
         full = os.path.join(root, value.lstrip("/"))
+        # A symlinked parent (the working directory, or any folder above it) would make
+        # the clean remove wherever it points: the real path must be the path itself.
+        expected = os.path.join(os.path.realpath(root), value.lstrip("/"))
         if os.path.islink(full):
             problems.append(f"{value!r}: is a symlink (to {os.readlink(full)!r}); refused, "
                             "it could point outside the cache set")
+        elif os.path.lexists(full) and os.path.realpath(full) != expected:
+            problems.append(f"{value!r}: a folder above it is a symlink (its real path is "
+                            f"{os.path.realpath(full)!r}); refused, it could point outside "
+                            "the cache set. Fix: set the working directory to its real path")
         elif os.path.lexists(full):
             targets.append(value)
     return targets, problems

@@ -40,6 +40,10 @@ def artifact_problems(manifest: dict[str, dict[str, Any]], names: list[str]) -> 
                 f"artifact {name} reads its requirements from {req.get('artifact')!r}, "
                 "which this run does not fetch. Fix: fetch both (same group list)."
             )
+    wanted = set(names)
+    problems.extend(
+        p for p in artifacts.dest_overlap_problems(manifest)
+        if any(p.startswith(f"artifact {n}: ") or f" of artifact {n};" in p for n in wanted))
     return problems
 
 

@@ -361,6 +361,8 @@ def artifact_input_problems(
                     f"controller: artifact {name}: {spec['url']} cannot be reached from the "
                     f"controller ({why}). Fix: check the URL, the controller's network and "
                     "proxy settings, or set a reachable mirror in a3rl_artifact_overrides.")
+    problems.extend(f"controller: {p}" for p in artifacts.dest_overlap_problems(
+        {n: dict(v) for n, v in manifest.items() if isinstance(v, Mapping)}))
     return problems
 
 
