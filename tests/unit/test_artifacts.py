@@ -586,3 +586,10 @@ def test_the_disk_checks_count_the_bytes_partial_copies_already_hold(tmp_path, m
     monkeypatch.setattr(artifacts, "free_bytes", lambda _p: 399)
     with pytest.raises(artifacts.ArtifactError, match="needs 0.0 GB more"):
         artifacts.check_space(str(store), "w", spec)
+
+
+def test_a_submodule_url_cannot_climb_above_the_root():
+    with pytest.raises(artifacts.ArtifactError, match="cannot resolve submodule URL"):
+        artifacts.resolve_relative_url("/repo.git", "../sub.git")
+    with pytest.raises(artifacts.ArtifactError, match="cannot resolve submodule URL"):
+        artifacts.resolve_relative_url("https://host/a.git", "../../b.git")

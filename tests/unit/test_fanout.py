@@ -727,3 +727,32 @@ def test_the_chain_port_is_not_blocked_or_taken_by_ray_hccl_or_ephemeral_ports()
     taken.append((base, base + int(hccl["recipe_env_hccl_port_count"]) - 1))
     taken.append((32768, 60999))  # net.ipv4.ip_local_port_range's default
     assert not [t for t in taken if t[0] <= port <= t[1]], (port, taken)
+
+
+def test_the_port_range_edges():
+    two = [node(0, ["a.bin"]), node(1, ["a.bin"])]
+    assert fanout.plan(two, FILES, port=65535)["mode"] == "chain"
+    for bad in (0, 65536):
+        with pytest.raises(fanout.FanoutError, match=f"port {bad} is not a TCP port"):
+            fanout.plan(two, FILES, port=bad)
+
+
+def test_a_header_one_byte_over_the_limit_is_refused():
+    import struct
+
+    a, b = socket.socketpair()
+    with a, b:
+        b.settimeout(5)  # a reader that accepts the length waits for bytes that never come
+        a.sendall(struct.pack(">I", fanout.MAX_HEADER + 1))
+        with pytest.raises(fanout.FanoutError, match="not an a3rl stream"):
+            fanout.read_frame(b)
+
+
+def test_a_copy_longer_than_the_file_is_replaced_not_kept(tmp_path, cluster):
+    """One byte too many (a file of another version, say): the relay starts it anew."""
+    store, dirs, files, data = cluster
+    small = "small.txt"
+    (dirs[0] / small).write_bytes(data[small] + b"X")
+    p, sent, results = run_chain(tmp_path, store, dirs, files)
+    assert small in results[0]["verified"] and not results[0]["damaged"]
+    assert (dirs[0] / small).read_bytes() == data[small]

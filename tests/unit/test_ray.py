@@ -172,3 +172,10 @@ def test_an_ipv6_source_is_refused(where):
     nodes, allowed = (["fd00::11"], []) if where == "node" else (["10.0.0.11"], ["fd00::/64"])
     with pytest.raises(ray.RayConfigError, match="only IPv4 sources are supported"):
         ray.firewall_rules("A3RL-RAY", nodes, ray.ports(PORTS), allowed=allowed)
+
+
+def test_multiport_takes_fifteen_slots_and_no_more():
+    fifteen = list(range(1000, 1030, 2))
+    assert len(ray.multiport_spec(fifteen).split(",")) == 15
+    with pytest.raises(RayConfigError, match="16 port slots exceed iptables multiport's 15"):
+        ray.multiport_spec([*fifteen, 1100])
