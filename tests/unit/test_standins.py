@@ -54,9 +54,12 @@ def root(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run(cmd: list[str | Path], root: Path, stdin: str | None = None
-        ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "A3RL_STANDIN_ROOT": str(root)}
+def run(cmd: list[str | Path], root: Path, stdin: str | None = None,
+        display: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "DISPLAY"}
+    env["A3RL_STANDIN_ROOT"] = str(root)
+    if display is not None:
+        env["DISPLAY"] = display
     proc = subprocess.run([str(c) for c in cmd], env=env, text=True, capture_output=True,
                           input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL,
                           timeout=60)
@@ -121,6 +124,17 @@ def test_check_verifies_the_payload_checksum(pkgs, root, tmp_path) -> None:
     # Nothing runs from a damaged archive.
     assert run([tampered, "--full", "--install-for-all", "--quiet"], root).returncode != 0
     assert not (root / DRIVER_INFO).exists()
+
+
+@pytest.mark.parametrize("args", [["--check"], ["--full", "--install-for-all", "--quiet"]])
+def test_display_without_a_tty_needs_nox11_like_makeself(pkgs, root, args) -> None:
+    # No tty here (stdin is /dev/null): with DISPLAY set, makeself tries an xterm.
+    bare = run([pkgs["new"], *args], root, display=":0")
+    assert bare.returncode == 1
+    assert "--nox11" in bare.stderr and "xterm" in bare.stderr
+    assert not (root / DRIVER_INFO).exists()
+    nox11 = run([pkgs["new"], "--nox11", *args], root, display=":0")
+    assert nox11.returncode == (0 if args == ["--check"] else 2), nox11.stdout + nox11.stderr
 
 
 # --- driver ---------------------------------------------------------------------------
