@@ -447,3 +447,13 @@ TWO_DIES = """\
 | No running processes found in NPU 0                                                            |
 +===========================+===============+====================================================+
 """
+
+
+def test_driver_reports_a_patch_level_version(root, tmp_path) -> None:
+    # A3 guides ship HDK 25.3.RC1.2; its version.info reads Version=25.3.rc1.2.
+    (tmp_path / "patch").mkdir()
+    pkg = standins.build_driver_run("25.3.rc1.2", tmp_path / "patch")
+    assert pkg.name == "Atlas-A3-hdk-npu-driver_25.3.rc1.2_linux-x86-64.run"
+    install_driver(pkg, root)
+    assert kv(root / DRIVER_INFO)["Version"] == "25.3.rc1.2"
+    assert "driver version :25.3.rc1.2" in run([pkg, "--version"], root).stdout
