@@ -63,6 +63,24 @@ def test_downgrade_refused_unless_allowed():
     assert npu.package_action("25.3.1", "25.3.rc1", allow_downgrade=True) == "downgrade"
 
 
+def test_patch_level_of_the_pinned_release_is_compatible():
+    # A3 guides ship HDK 25.3.RC1.2; version.info reads 25.3.rc1.2.
+    assert npu.release_key("25.3.rc1.2") == npu.release_key("25.3.RC1")
+    assert npu.package_action("25.3.rc1.2", "25.3.rc1") == "compatible"
+    assert npu.package_action("25.3.RC1.3", "25.3.rc1.2") == "compatible"
+    # An older patch level, or the release itself under a patch pin, is upgraded.
+    assert npu.package_action("25.3.rc1", "25.3.rc1.2") == "upgrade"
+    assert npu.package_action("25.3.rc1.1", "25.3.rc1.2") == "upgrade"
+    # Another release is not a patch level: newer is refused, older upgraded.
+    assert npu.package_action("25.3.rc2", "25.3.rc1") == "refuse"
+    assert npu.package_action("25.3.0", "25.3.rc1.2") == "refuse"
+    assert npu.package_action("25.2.rc1.2", "25.3.rc1") == "upgrade"
+    # The explicit choice installs exactly the pin.
+    assert npu.package_action("25.3.rc1.2", "25.3.rc1", allow_downgrade=True) == "downgrade"
+    # Without rcN no patch level is known: firmware versions compare as whole versions.
+    assert npu.package_action("7.8.0.2.213", "7.8.0.2.212") == "refuse"
+
+
 def _standin_output(tmp_path: Path, devices: int, health: str = "") -> str:
     (tmp_path / "dev").mkdir()
     for i in range(devices):

@@ -54,9 +54,12 @@ def root(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run(cmd: list[str | Path], root: Path, stdin: str | None = None
-        ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "A3RL_STANDIN_ROOT": str(root)}
+def run(cmd: list[str | Path], root: Path, stdin: str | None = None,
+        display: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "DISPLAY"}
+    env["A3RL_STANDIN_ROOT"] = str(root)
+    if display is not None:
+        env["DISPLAY"] = display
     proc = subprocess.run([str(c) for c in cmd], env=env, text=True, capture_output=True,
                           input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL,
                           timeout=60)
@@ -121,6 +124,17 @@ def test_check_verifies_the_payload_checksum(pkgs, root, tmp_path) -> None:
     # Nothing runs from a damaged archive.
     assert run([tampered, "--full", "--install-for-all", "--quiet"], root).returncode != 0
     assert not (root / DRIVER_INFO).exists()
+
+
+@pytest.mark.parametrize("args", [["--check"], ["--full", "--install-for-all", "--quiet"]])
+def test_display_without_a_tty_needs_nox11_like_makeself(pkgs, root, args) -> None:
+    # No tty here (stdin is /dev/null): with DISPLAY set, makeself tries an xterm.
+    bare = run([pkgs["new"], *args], root, display=":0")
+    assert bare.returncode == 1
+    assert "--nox11" in bare.stderr and "xterm" in bare.stderr
+    assert not (root / DRIVER_INFO).exists()
+    nox11 = run([pkgs["new"], "--nox11", *args], root, display=":0")
+    assert nox11.returncode == (0 if args == ["--check"] else 2), nox11.stdout + nox11.stderr
 
 
 # --- driver ---------------------------------------------------------------------------
@@ -433,3 +447,13 @@ TWO_DIES = """\
 | No running processes found in NPU 0                                                            |
 +===========================+===============+====================================================+
 """
+
+
+def test_driver_reports_a_patch_level_version(root, tmp_path) -> None:
+    # A3 guides ship HDK 25.3.RC1.2; its version.info reads Version=25.3.rc1.2.
+    (tmp_path / "patch").mkdir()
+    pkg = standins.build_driver_run("25.3.rc1.2", tmp_path / "patch")
+    assert pkg.name == "Atlas-A3-hdk-npu-driver_25.3.rc1.2_linux-x86-64.run"
+    install_driver(pkg, root)
+    assert kv(root / DRIVER_INFO)["Version"] == "25.3.rc1.2"
+    assert "driver version :25.3.rc1.2" in run([pkg, "--version"], root).stdout

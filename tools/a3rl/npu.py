@@ -53,9 +53,26 @@ def version_key(version: str) -> tuple:
     return tuple(parts)
 
 
+def release_key(version: str) -> tuple:
+    """The release a version belongs to, without its patch level.
+
+    The A3 guides ship HDK ``25.3.RC1.2`` (``version.info``: ``25.3.rc1.2``): the numbers
+    after ``rcN`` are a patch level of release ``25.3.rc1``. Only that form is known; any
+    other version (no ``rcN``, e.g. ``25.3.1`` or firmware ``7.8.0.2.212``) is its own
+    release, as no public source says which of its numbers is a patch level.
+    """
+    key = version_key(version)
+    for i, (kind, _, _) in enumerate(key[:-1]):
+        if kind == 1:  # rcN
+            return key[:i + 1] + key[-1:]
+    return key
+
+
 def package_action(installed: str | None, wanted: str, allow_downgrade: bool = False) -> str:
     """What to run: ``install`` (clean node), ``upgrade``, ``none`` or ``downgrade``;
-    ``refuse`` for a downgrade that is not allowed (the role fails with the reason)."""
+    ``compatible`` for the pinned release at a newer patch level (kept, and reported);
+    ``refuse`` for a downgrade that is not allowed (the role fails with the reason).
+    ``allow_downgrade`` installs exactly the pin, also over a newer patch level."""
     if not installed:
         return "install"
     have, want = version_key(installed), version_key(wanted)
@@ -63,7 +80,9 @@ def package_action(installed: str | None, wanted: str, allow_downgrade: bool = F
         return "none"
     if have < want:
         return "upgrade"
-    return "downgrade" if allow_downgrade else "refuse"
+    if allow_downgrade:
+        return "downgrade"
+    return "compatible" if release_key(installed) == release_key(wanted) else "refuse"
 
 
 _BUS_ID = re.compile(r"^[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")

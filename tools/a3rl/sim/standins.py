@@ -19,6 +19,9 @@ install logs and Ascend's ascend-deployer):
 * makeself-style archives: ``--check`` prints ``Verifying archive integrity...  100%
   SHA256 checksums are OK. All good.``; a bad checksum aborts with exit 2 before anything
   runs; ``Uncompressing <LABEL>  100%``; ``--quiet``, ``--noexec --extract=<dir>``, ``--list``.
+* makeself archives try to open an xterm when ``DISPLAY`` is set and there is no tty,
+  unless ``--nox11`` is given (ascend-deployer always passes it). What happens next
+  (which terminal, whether the install runs in it) is not modelled: the stand-in exits 1.
 * Driver options and their rules: ``--full``/``--run``/``--upgrade`` (exactly one),
   ``--uninstall``, ``--version`` (``[INFO]driver version :<v>``), ``--quiet``,
   ``--install-for-all``, ``--install-path=`` (not with ``--upgrade``),
@@ -210,7 +213,7 @@ A3RL_SHA256='{sha256}'
 A3RL_SKIP={skip}
 set -u
 runfile=$0
-quiet=n check=n help=n info=n list=n noexec=n extract=
+quiet=n check=n help=n info=n list=n noexec=n extract= nox11=n
 args=()
 for a in "$@"; do
     case "$a" in
@@ -220,12 +223,20 @@ for a in "$@"; do
         --list) list=y ;;
         --noexec) noexec=y ;;
         --extract=*) extract=${{a#*=}} ;;
-        --nox11) ;;
+        --nox11) nox11=y ;;
         -q|--quiet) quiet=y; args+=(--quiet) ;;
         *) args+=("$a") ;;
     esac
 done
 payload() {{ tail -n +"$A3RL_SKIP" "$runfile"; }}
+# makeself without --nox11: no tty and DISPLAY set -> it tries to re-run itself in an
+# xterm. What follows on a real node depends on the X server and the terminals there
+# (not modelled); the stand-in stops with exit 1 so a call without --nox11 fails.
+if [ "$nox11" = n ] && ! tty -s 2>/dev/null && [ -n "${{DISPLAY:-}}" ]; then
+    echo "a3rl stand-in: DISPLAY=$DISPLAY is set, there is no tty and --nox11 was not given:" \
+        "a makeself archive would try to open an xterm here. Pass --nox11." >&2
+    exit 1
+fi
 verify() {{
     local sum
     sum=$(payload | sha256sum | cut -d' ' -f1)
