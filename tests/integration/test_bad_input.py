@@ -31,6 +31,7 @@ SITE = "site.yml"
 TRAIN = "playbooks/train.yml"
 RAY = "playbooks/ray.yml"
 CLEAN = "playbooks/cache_clean.yml"
+ENV = "playbooks/recipe_env.yml"
 ZERO = "0" * 64
 
 Edit = Callable[[Path, object], None]  # (inventory copy, the cluster)
@@ -157,6 +158,9 @@ CASES: dict[str, Case] = {
         "node2: filesystem / has"),
         _group_vars(preflight_disk_requirements=[
             {"path": "/data", "min_free_gb": 100000, "what": "weights"}])),
+    "an env variable name that is not a shell name": Case("recipe_env (inventory)", ENV, (
+        "node1: MY VAR is not a shell variable name", "Fix: rename it in the inventory"),
+        _group_vars(recipe_env_extra={"MY VAR": "1"})),
     # --- the artifacts, secrets and settings the stages read on the controller ---
     "an unknown artifact kind": Case("preflight (controller)", SITE, (
         "controller: artifact verl: kind is 'svn'", "Fix: correct the entry"),

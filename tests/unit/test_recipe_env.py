@@ -146,3 +146,15 @@ def test_jemalloc_is_preloaded_without_bashrc(tmp_path):
     assert sourced(script, ["LD_PRELOAD"])["LD_PRELOAD"] == "<unset>"
     lib.write_text("")
     assert sourced(script, ["LD_PRELOAD"], times=2)["LD_PRELOAD"] == str(lib)
+
+
+def test_inventory_values_are_quoted_so_sourcing_runs_nothing(tmp_path):
+    # A NIC name the kernel accepts (no / or space) that would run code unquoted.
+    nic = "e$(touch${IFS}" + str(tmp_path / "pwned") + ")"
+    script = render_cluster_env(tmp_path, recipe_env_nic=nic)
+    got = sourced(script, ["SOCKET_IFNAME", "HCCL_SOCKET_IFNAME", "MASTER_ADDR", "CURRENT_IP"])
+    assert not (tmp_path / "pwned").exists()
+    assert got["SOCKET_IFNAME"] == got["HCCL_SOCKET_IFNAME"] == nic
+    assert got["MASTER_ADDR"] == got["CURRENT_IP"] == "10.0.0.1"
+    # plain values render as before: no quotes where none are needed
+    assert "export MASTER_ADDR=10.0.0.1\n" in render_cluster_env(tmp_path).read_text()
