@@ -12,6 +12,8 @@ so each row isolates one choice:
 * ``strategy-free``: hosts do not wait for each other between tasks (a variant the plays
   cannot run under is reported with its first failure, and not repeated)
 * ``gathering-smart``: facts gathered once per host and then read from the fact cache
+* ``mitogen``: Mitogen for Ansible's ``mitogen_linear`` strategy (the opt-in
+  ``A3RL_STRATEGY=mitogen``, :mod:`a3rl.strategy`): one interpreter per node for the run
 
     .venv/bin/python bench/tuning.py [--nodes 4] [--runs 2] [--variants ...]
 """
@@ -22,6 +24,7 @@ import argparse
 import resource
 import statistics
 
+from a3rl import strategy
 from a3rl.runner import run_play
 from a3rl.sim import cluster
 
@@ -34,6 +37,7 @@ VARIANTS: dict[str, dict[str, str]] = {
     "forks-1": {"ANSIBLE_FORKS": "1"},
     "strategy-free": {"ANSIBLE_STRATEGY": "free"},
     "gathering-smart": {"ANSIBLE_GATHERING": "smart"},
+    "mitogen": strategy.env(strategy.MITOGEN),
 }
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from a3rl import strategy
 from a3rl.paths import project_root
 
 
@@ -131,10 +132,13 @@ def _scrub_values(record: Path, values: list[str]) -> None:
             path.write_text(new)
 
 
-def equivalent_command(playbook: str, inventory: Path, extravars: dict, check: bool) -> str:
-    """The ``ansible-playbook`` command that runs the same play (secrets masked). A value
-    that is not a string (a list of overrides) goes as JSON, which ``-e`` reads as such."""
-    cmd = ["ansible-playbook", playbook, "-i", str(inventory)]
+def equivalent_command(playbook: str, inventory: Path, extravars: dict, check: bool,
+                       env: dict[str, str] | None = None) -> str:
+    """The ``ansible-playbook`` command that runs the same play (secrets masked), after
+    the ``env`` assignments it needs (the strategy's). A value that is not a string (a
+    list of overrides) goes as JSON, which ``-e`` reads as such."""
+    cmd = [f"{k}={v}" for k, v in sorted((env or {}).items())]
+    cmd += ["ansible-playbook", playbook, "-i", str(inventory)]
     for k, v in masked(extravars).items():
         cmd += ["-e", f"{k}={v}" if isinstance(v, str) else json.dumps({k: v})]
     if check:
@@ -202,11 +206,15 @@ def run_play(
     secret_env = {k: v for k, v in (extra_env or {}).items() if _secret(k)}
     runner_vars, secret_vars_env, secret_values = hide_secrets(extravars)
     secret_env.update(secret_vars_env)
+    # The opted-in strategy (A3RL_STRATEGY), unless the caller chose one itself.
+    chosen = {} if "ANSIBLE_STRATEGY" in (extra_env or {}) else strategy.env()
+    env.update(chosen)
     env.update({k: v for k, v in (extra_env or {}).items() if not _secret(k)})
     # The log file is read, not watched, when a3rl draws the progress itself.
     if display is not None or not os.isatty(1):
         env["ANSIBLE_NOCOLOR"] = "1"
-    command = equivalent_command(playbook, inventory, extravars, check)
+    command = equivalent_command(playbook, inventory, extravars, check,
+                                 {k: env[k] for k in strategy.VARIABLES if k in env})
     (record / "command.txt").write_text(command + "\n")
     if display is None:
         display = NullDisplay(Tracker(playbook))
