@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from a3rl import strategy
 from a3rl.runner import PlayResult, run_play
 from a3rl.sim import cluster, podman
 
@@ -22,6 +23,15 @@ WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 if WORKER:
     NAME = f"{NAME}-{WORKER}"
 NODES = 2
+# Every play a test asserts on runs under Ansible's default strategy, whatever the shell
+# that started pytest opted into.
+os.environ.pop(strategy.VARIABLE, None)
+# A module's fixture first brings its cluster to the provisioned state with site.yml
+# (provision()). That run prepares; it is not what the module tests, and it runs under the
+# opt-in Mitogen strategy, which takes about half the time (bench/tuning.py). site.yml
+# itself on the default strategy is test_site.py's subject (first run, changed=0, --check).
+# A3RL_TEST_PROVISION_STRATEGY=linear puts the preparation on the default path too.
+PROVISION_STRATEGY = os.environ.get("A3RL_TEST_PROVISION_STRATEGY", strategy.MITOGEN)
 
 # Longest first, so that under --dist loadfile the long modules start at once and the
 # short ones fill in around them (single-worker times from CI and the helpers' runs, 2026-12-01).
@@ -71,6 +81,14 @@ def inventory_copy(sim: cluster.Cluster, tmp_path: Path):
 
 def play(playbook: str, inventory: Path, **kw) -> PlayResult:
     return run_play(playbook, inventory, quiet=True, **kw)
+
+
+def provision(c: cluster.Cluster) -> cluster.Cluster:
+    """site.yml on ``c`` as a module's preparation (see PROVISION_STRATEGY): it must pass."""
+    result = run_play("site.yml", c.inventory_dir, quiet=True,
+                      extra_env=strategy.env(PROVISION_STRATEGY))
+    assert result.ok, failure_text(result)
+    return c
 
 
 def events(result: PlayResult) -> list[dict]:

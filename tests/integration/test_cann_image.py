@@ -11,7 +11,7 @@ import pytest
 from a3rl.images import archive_image_id
 from a3rl.sim import podman
 
-from .conftest import failure_text, play
+from .conftest import failure_text, play, provision
 
 IMAGE_PLAY = "playbooks/cann_image.yml"
 CONTAINER_PLAY = "playbooks/training_container.yml"
@@ -33,9 +33,7 @@ def train_inspect(container: str) -> dict:
 
 @pytest.fixture(scope="module")
 def site(sim):
-    result = play("site.yml", sim.inventory_dir)
-    assert result.ok, failure_text(result)
-    return sim
+    return provision(sim)
 
 
 def _archive(sim) -> tuple[str, str]:

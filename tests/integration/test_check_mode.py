@@ -20,7 +20,7 @@ import pytest
 
 from a3rl.sim import cluster, podman
 
-from .conftest import failure_text, mark, play, snapshot
+from .conftest import failure_text, mark, play, provision, snapshot
 from .reliability_plugin import row
 
 TRAIN = "playbooks/train.yml"
@@ -29,9 +29,7 @@ RAY = "playbooks/ray.yml"
 
 @pytest.fixture(scope="module")
 def provisioned(sim) -> cluster.Cluster:
-    result = play("site.yml", sim.inventory_dir)
-    assert result.ok, failure_text(result)
-    return sim
+    return provision(sim)
 
 
 def _ray_members(sim: cluster.Cluster) -> list[tuple[str, float]]:

@@ -24,7 +24,7 @@ import yaml
 from a3rl import datasets
 from a3rl.sim import hub
 
-from .conftest import failure_text, play
+from .conftest import failure_text, play, provision
 
 DATA = "playbooks/data.yml"
 WEIGHTS = "playbooks/weights.yml"
@@ -58,9 +58,7 @@ def record(sim) -> dict:
 @pytest.fixture(scope="module")
 def staged(sim):
     """site.yml, whose data and weights stages these are (a no-op after an earlier test)."""
-    result = play("site.yml", sim.inventory_dir)
-    assert result.ok, failure_text(result)
-    return sim
+    return provision(sim)
 
 
 def test_datasets_on_every_node_in_verl_format(staged, tmp_path):

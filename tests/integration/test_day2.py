@@ -9,7 +9,7 @@ import pytest
 
 from a3rl.sim import cluster, podman
 
-from .conftest import failure_text, play
+from .conftest import failure_text, play, provision
 
 WORKDIR = "/data/a3rl/llm_rl/qwen3"
 CACHES = [f"{WORKDIR}/kernel_meta", f"{WORKDIR}/.torchair_cache", f"{WORKDIR}/.cache",
@@ -26,9 +26,7 @@ def in_container(node: str, script: str) -> str:
 
 @pytest.fixture(scope="module")
 def up(sim):
-    result = play("site.yml", sim.inventory_dir)
-    assert result.ok, failure_text(result)
-    return sim
+    return provision(sim)
 
 
 def _seed(node: str) -> None:

@@ -33,7 +33,7 @@ from a3rl.paths import project_root
 from a3rl.runner import PlayResult
 from a3rl.sim import cluster, podman
 
-from .conftest import events, failure_text, play
+from .conftest import events, failure_text, play, provision
 from .reliability_plugin import row
 
 TRAIN = "playbooks/train.yml"
@@ -187,9 +187,7 @@ class Background:
 
 @pytest.fixture(scope="module")
 def provisioned(sim) -> cluster.Cluster:
-    result = play("site.yml", sim.inventory_dir)
-    assert result.ok, failure_text(result)
-    return sim
+    return provision(sim)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import yaml
 from a3rl.paths import project_root
 from a3rl.sim import podman, upstreams
 
-from .conftest import failure_text, play
+from .conftest import failure_text, play, provision
 
 PLAY = "playbooks/frameworks.yml"
 WORKDIR = "/data/a3rl/llm_rl/qwen3"
@@ -57,9 +57,7 @@ def workdir_state(node: str) -> tuple[str, str]:
 @pytest.fixture(scope="module")
 def staged(sim):
     """site.yml, whose framework stage this is (a no-op when an earlier test ran it)."""
-    result = play("site.yml", sim.inventory_dir)
-    assert result.ok, failure_text(result)
-    return sim
+    return provision(sim)
 
 
 def test_sources_at_their_pins_and_series_applied(staged):

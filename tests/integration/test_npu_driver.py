@@ -13,7 +13,7 @@ import pytest
 from a3rl.sim import cluster, podman
 from a3rl.sim.standins import build_driver_run
 
-from .conftest import failure_text, play
+from .conftest import failure_text, play, provision
 
 PLAY = "playbooks/npu_driver.yml"
 
@@ -41,9 +41,7 @@ def boot_mark(node: cluster.Node) -> str:
 
 @pytest.fixture(scope="module")
 def provisioned(sim):
-    result = play("site.yml", sim.inventory_dir)
-    assert result.ok, failure_text(result)
-    return sim
+    return provision(sim)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import yaml
 from a3rl.paths import project_root
 from a3rl.sim import cluster, podman
 
-from .conftest import failure_text, play
+from .conftest import failure_text, play, provision
 
 PLAY = "playbooks/npu_network.yml"
 TRAIN_PLAY = "PLAY [Train | Submit, follow, stop or report the run]"
@@ -49,8 +49,7 @@ def net(sim):
     """A provisioned cluster (site.yml only when a node lacks the driver or the training
     container), whose planned device addresses are all in place."""
     if not _ready(sim):
-        result = play("site.yml", sim.inventory_dir)
-        assert result.ok, failure_text(result)
+        provision(sim)
     result = play(PLAY, sim.inventory_dir)
     assert result.ok, failure_text(result)
     return sim

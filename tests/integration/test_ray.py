@@ -18,7 +18,7 @@ import pytest
 from a3rl.sim import cann, cluster, podman
 from a3rl.sim.image import ImageSpec, ensure_image
 
-from .conftest import failure_text, play
+from .conftest import failure_text, play, provision
 
 CONTAINER = "a3rl-train"
 
@@ -61,9 +61,7 @@ def in_container(node: cluster.Node, script: str, *env: str, check: bool = True)
 
 @pytest.fixture(scope="module")
 def ray_up(sim) -> Iterator[cluster.Cluster]:
-    result = play("site.yml", sim.inventory_dir)
-    assert result.ok, failure_text(result)
-    yield sim
+    yield provision(sim)
 
 
 def test_site_ends_with_every_node_and_npu(ray_up):

@@ -11,7 +11,7 @@ import pytest
 from a3rl import metrics
 from a3rl.paths import project_root
 
-from .conftest import failure_text, play
+from .conftest import failure_text, play, provision
 
 TRAIN = "playbooks/train.yml"
 SHORT = ["trainer.total_training_steps=2"]
@@ -19,9 +19,7 @@ SHORT = ["trainer.total_training_steps=2"]
 
 @pytest.fixture(scope="module")
 def up(sim):
-    result = play("site.yml", sim.inventory_dir)
-    assert result.ok, failure_text(result)
-    return sim
+    return provision(sim)
 
 
 def _events(result) -> list[dict]:
