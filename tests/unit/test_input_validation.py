@@ -154,3 +154,49 @@ def test_every_rsync_of_the_store_protects_its_arguments(tasks):
     assert rsyncs, f"no rsync task found in {tasks}"
     for task in rsyncs:
         assert "--protect-args" in str(task["ansible.builtin.command"]["argv"]), task["name"]
+
+
+# ------------------------------------------------ 25.6 DAPO-Math-17k and AIME 2024 sources
+
+
+def _shipped_manifest() -> dict:
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    return yaml.safe_load((root / "group_vars/all/artifacts.yml").read_text())["a3rl_artifacts"]
+
+
+def test_dapo_and_aime_default_to_a_site_provided_file_naming_where_it_comes_from():
+    shipped = _shipped_manifest()
+    for name, file in (("dapo_math_17k", "dapo-math-17k.parquet"),
+                       ("aime_2024", "aime-2024.parquet")):
+        spec = shipped[name]
+        # No invented checksum, no hub id the project has not confirmed to exist.
+        assert spec["kind"] == "file" and not spec.get("sha256") and not spec.get("path")
+        assert "huggingface.co/datasets/" in spec["obtain"] and file in spec["obtain"]
+        assert "prepare_dapo_data.sh" in spec["obtain"]
+
+
+def test_a_missing_site_provided_file_is_refused_naming_the_variable_and_its_origin(tmp_path):
+    spec = {"kind": "file", "group": "data", "dest": "raw/dapo_math_17k",
+            "obtain": "https://example.org/dapo-math-17k.parquet (the recipe's URL)"}
+    store = tmp_path / "store"
+    [msg] = pf.artifact_input_problems({"dapo_math_17k": spec}, str(store), probe=lambda _u: None)
+    assert msg.startswith("controller: artifact dapo_math_17k: the site provides this file")
+    assert "https://example.org/dapo-math-17k.parquet" in msg
+    assert "a3rl_artifact_overrides.dapo_math_17k.path" in msg and "Fix:" in msg
+    # A run that leaves the dataset out is not refused for it.
+    assert pf.artifact_input_problems({"dapo_math_17k": spec}, str(store),
+                                      probe=lambda _u: None, unused=["dapo_math_17k"]) == []
+    # Put in place by hand: accepted, and the fetch records it.
+    (store / "raw/dapo_math_17k").mkdir(parents=True)
+    (store / "raw/dapo_math_17k/dapo-math-17k.parquet").write_bytes(b"x")
+    assert pf.artifact_input_problems({"dapo_math_17k": spec}, str(store),
+                                      probe=lambda _u: None) == []
+
+
+def test_the_fetch_of_a_missing_site_provided_file_names_its_origin(tmp_path):
+    spec = {"kind": "file", "dest": "raw/aime_2024", "obtain": "https://example.org/aime"}
+    with pytest.raises(artifacts.ArtifactError,
+                       match="It comes from https://example.org/aime. Fix: .*overrides.aime_2024"):
+        artifacts.fetch_file(str(tmp_path), "aime_2024", spec, lambda _m: None)

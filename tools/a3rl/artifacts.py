@@ -580,9 +580,12 @@ def fetch_file(
             raise ArtifactError(f"artifact {name}: the folder {dest} holds no files.")
         return {"files": files}
     if not os.path.exists(dest):
+        origin = (f" It comes from {' '.join(str(spec['obtain']).split())}."
+                  if spec.get("obtain") else "")
         raise ArtifactError(
             f"artifact {name}: {dest} does not exist. It cannot be downloaded by "
-            "this tool. Fix: put the file there (or set `path`/`url`)."
+            f"this tool.{origin} Fix: put the file there (or set `path`/`url` in "
+            f"a3rl_artifact_overrides.{name})."
         )
     rec = file_record(store, spec["dest"])
     if spec.get("sha256") and rec["sha256"] != spec["sha256"]:

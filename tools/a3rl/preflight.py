@@ -298,8 +298,13 @@ def artifact_input_problems(
     fetch_on_controller: bool = True,
     cache_dir: str | None = None,
     probe: Callable[[str], str | None] = url_problem,
+    unused: Iterable[str] = (),
 ) -> list[str]:
     """Problems with the manifest's entries and what they name on the controller.
+
+    A file the site provides (``obtain`` set: the project cannot download it) must be in
+    place, at ``path`` or at ``<store>/<dest>``, unless it is in ``unused`` (the raw
+    sources of datasets this run leaves out).
 
     Every entry must be well formed (kind, required keys, sha256, a ``dest`` inside the
     store). An entry the store already holds as the manifest now says (its recorded spec
@@ -334,7 +339,16 @@ def artifact_input_problems(
             by_hand = not path
             local = str(path) if path else os.path.join(store, str(spec["dest"]))
             if not os.path.exists(local):
-                if not by_hand:
+                if by_hand and spec.get("obtain") and name not in set(unused):
+                    problems.append(
+                        f"controller: artifact {name}: the site provides this file and it is "
+                        f"not there ({local}); the project does not download it. It comes "
+                        f"from {' '.join(str(spec['obtain']).split())}. Fix: put it in "
+                        f"{local}/, or set a3rl_artifact_overrides.{name}.path to a folder "
+                        "holding it, or point the entry at a site mirror (kind http, url, "
+                        "sha256); a run without this dataset can leave it out with "
+                        "datasets_names.")
+                elif not by_hand:
                     problems.append(
                         f"controller: artifact {name}: path {local} does not exist on the "
                         "controller. Fix: put the file or folder there, or correct `path` in "
