@@ -412,3 +412,15 @@ def test_a_fanout_plan_with_a_negative_size_or_a_node_twice_is_refused():
         fanout.plan(_fan_nodes("node1", "node2", "node1"), files)
     with pytest.raises(fanout.FanoutError, match="size -5 is not a whole number"):
         fanout.plan(_fan_nodes("node1", "node2"), [{**files[0], "size": -5}])
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("a3rl_data_root", "data/a3rl"), ("a3rl_data_root", "/"), ("a3rl_shared_dir", "//"),
+    ("a3rl_workdir", "/data/../etc"), ("a3rl_data_root", 5),
+])
+def test_a_data_folder_that_is_relative_or_the_root_is_refused(name, value):
+    groups, hv = _inv(**{name: value})
+    [msg] = pf.setting_problems(groups["a3_nodes"], hv)
+    assert msg.startswith(f"node2: {name} {value!r} is not an absolute folder") and "Fix:" in msg
+    groups, hv = _inv(a3rl_shared_dir="", a3rl_data_root="/data/a3rl")
+    assert pf.setting_problems(groups["a3_nodes"], hv) == []

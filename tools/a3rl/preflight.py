@@ -470,6 +470,10 @@ POSITIVE_SETTINGS = ("artifact_store_fanout_connect_timeout", "artifact_store_fa
                      "artifact_store_fanout_min_rate")
 
 
+# Folders every stage writes under (and teardown purges in): absolute, below /, no "..".
+PATH_SETTINGS = ("a3rl_data_root", "a3rl_shared_dir", "a3rl_workdir", "a3rl_assets_dir")
+
+
 def _grouped(found: dict[tuple[str, str], list[str]]) -> list[str]:
     """One message per (setting, problem), naming every host it applies to."""
     return [f"{', '.join(hosts)}: {text}" for (_, text), hosts in found.items()]
@@ -503,6 +507,16 @@ def setting_problems(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> list[
                     bad(h, name, f"{name} {hv[name]!r} is not a whole number {what} (bytes, "
                                  "B/s, KiB/s or seconds: no unit suffix). Fix: write it as "
                                  f"plain digits, e.g. {name}: 1000000000 for 1 GB.")
+        for name in PATH_SETTINGS:
+            value = hv.get(name) if name in hv else None
+            if value in (None, "") and name == "a3rl_shared_dir":
+                continue  # empty: no shared storage
+            if name in hv and (not isinstance(value, str) or not value.startswith("/")
+                               or not os.path.normpath(value).strip("/")
+                               or ".." in value.split("/")):
+                bad(h, name, f"{name} {value!r} is not an absolute folder below / (without "
+                             "'..'); the stages write under it and teardown removes from it. "
+                             f"Fix: set {name} to a folder such as /data/a3rl.")
         if "preflight_disk_requirements" in hv:
             for text in disk_requirement_problems(hv["preflight_disk_requirements"]):
                 bad(h, "preflight_disk_requirements", text)
