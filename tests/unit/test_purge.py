@@ -79,11 +79,12 @@ def test_a_file_named_like_a_stamp_but_not_one_is_left_alone(tmp_path):
     store.mkdir()
     (store / "notes").write_text("n")
     (store / "notes.sha256").write_text("not a stamp\n")
+    (store / "orphan.sha256").write_text("a checksum list of mine\n")
     _placed(store, "verl.bundle", b"b" * 5, store)
     entry = {"kind": "stamped", "root": str(store), "stamps": str(store), "top": str(store)}
     got = purge.purge([entry])
-    assert sorted(os.listdir(store)) == ["notes", "notes.sha256"]
-    assert got["kept"][str(store)]["files"] == 2
+    assert sorted(os.listdir(store)) == ["notes", "notes.sha256", "orphan.sha256"]
+    assert got["kept"][str(store)]["files"] == 3
 
 
 def _git_tree(path, ref: str | None) -> None:
