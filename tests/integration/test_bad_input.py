@@ -349,12 +349,13 @@ CASES: dict[str, Case] = {
         "huggingface.co/datasets/BytedTsinghua-SIA/DAPO-Math-17k",
         "Fix: put it in"), _artifact("dapo_math_17k", path="", dest="raw/dapo_missing")),
     "an override that is a number": Case("train plan", TRAIN, (
-        "extra override '5'",), extravars={"algo": "grpo", "overrides": [5]}, host="node1"),
+        "extra override 5 (int) is not a 'key=value' string",), extravars={"algo": "grpo", "overrides": [5]}, host="node1"),
     "an override that is null": Case("train plan", TRAIN, (
-        "extra override 'None'",), extravars={"algo": "grpo", "overrides": [None]},
+        "extra override None (NoneType) is not a 'key=value' string",), extravars={"algo": "grpo", "overrides": [None]},
         host="node1"),
     "an override that is a mapping": Case("train plan", TRAIN, (
-        "extra override",), extravars={"algo": "grpo", "overrides": [{"a": 1}]}, host="node1"),
+        "is not a 'key=value' string",),
+        extravars={"algo": "grpo", "overrides": [{"a": 1}]}, host="node1"),
     "npus_per_node a superscript digit (train plan)": Case("train plan", TRAIN, (
         "npus_per_node must be a positive whole number, not '²'", "Fix: change -e"),
         _group_vars(npus_per_node="²"), extravars={"algo": "grpo"}, host="node1"),
