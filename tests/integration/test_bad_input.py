@@ -349,10 +349,10 @@ CASES: dict[str, Case] = {
         "huggingface.co/datasets/BytedTsinghua-SIA/DAPO-Math-17k",
         "Fix: put it in"), _artifact("dapo_math_17k", path="", dest="raw/dapo_missing")),
     "an override that is a number": Case("train plan", TRAIN, (
-        "extra override 5 (int) is not a 'key=value' string",),
+        "extra override 5 (a number) is not a 'key=value' string",),
         extravars={"algo": "grpo", "overrides": [5]}, host="node1"),
     "an override that is null": Case("train plan", TRAIN, (
-        "extra override None (NoneType) is not a 'key=value' string",),
+        "extra override None (null) is not a 'key=value' string",),
         extravars={"algo": "grpo", "overrides": [None]}, host="node1"),
     "an override that is a mapping": Case("train plan", TRAIN, (
         "is not a 'key=value' string",),

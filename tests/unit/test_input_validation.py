@@ -364,6 +364,10 @@ def test_overrides_that_are_not_strings_are_refused_by_the_plan(overrides):
                                 "/data/a3rl/llm_rl/qwen3", extra_overrides=overrides)
     assert any("override" in p and ("not a 'key=value' string" in p or "not a list" in p)
                for p in e.value.problems), e.value.problems
+    if not isinstance(overrides, str):
+        word = {5: "a number", None: "null"}.get(overrides[0], "a mapping") \
+            if not isinstance(overrides[0], dict) else "a mapping"
+        assert any(f"({word})" in p for p in e.value.problems), e.value.problems
 
 
 @pytest.mark.parametrize("npus", ["²", "١٦"])

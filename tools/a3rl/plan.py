@@ -483,8 +483,8 @@ def make_plan(algo: str, model: str, weights: str, features: Iterable[str] | str
         extra_overrides = []
     for override in extra_overrides or []:
         if not isinstance(override, str):
-            problems.append(f"extra override {override!r} ({type(override).__name__}) is not "
-                            "a 'key=value' string")
+            problems.append(f"extra override {override!r} ({_kind_of(override)}) is not a "
+                            "'key=value' string")
             continue
         try:
             prefix, okey, text = split_override(override)
@@ -623,6 +623,15 @@ def _enabled(defaults: Sequence[str], wanted: Sequence[str],
             on.add(name)
     # Catalogue order: the same set gives the same plan whatever order it was asked in.
     return [name for name in catalogue if name in on]
+
+
+def _kind_of(value: Any) -> str:
+    """What a YAML value is, in words (Ansible hands in tagged subclasses of the types)."""
+    for kind, word in ((type(None), "null"), (bool, "a boolean"), (int, "a number"),
+                       (float, "a number"), (Mapping, "a mapping"), (list, "a list")):
+        if isinstance(value, kind):
+            return word
+    return type(value).__name__
 
 
 def _size(name: str, value: Any, problems: list[str]) -> int | None:
