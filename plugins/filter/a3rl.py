@@ -54,6 +54,9 @@ class FilterModule:
     def filters(self):
         return {
             "a3rl_topology_problems": preflight.topology_problems,
+            "a3rl_setting_problems": preflight.setting_problems,
+            "a3rl_firewall_allow_warnings": preflight.firewall_allow_warnings,
+            "a3rl_same_machine_problems": preflight.same_machine_problems,
             "a3rl_nic_for_ip": preflight.nic_for_ip,
             "a3rl_nic_problems": preflight.nic_problems,
             "a3rl_npu_device_problems": preflight.npu_device_problems,

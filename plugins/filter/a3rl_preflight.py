@@ -9,7 +9,7 @@ from __future__ import annotations
 from a3rl import paths, preflight
 
 
-def input_problems(manifest, store, offline=False, fetch_on_controller=True):
+def input_problems(manifest, store, offline=False, fetch_on_controller=True, unused=()):
     """``a3rl.preflight.artifact_input_problems``, hashing once per file version (the
     cache lives in the project's ``.cache``)."""
     try:
@@ -18,7 +18,7 @@ def input_problems(manifest, store, offline=False, fetch_on_controller=True):
         cache = None
     return preflight.artifact_input_problems(manifest, store, offline=bool(offline),
                                              fetch_on_controller=bool(fetch_on_controller),
-                                             cache_dir=cache)
+                                             cache_dir=cache, unused=list(unused or ()))
 
 
 class FilterModule:

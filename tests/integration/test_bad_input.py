@@ -102,6 +102,34 @@ def _unreachable(groups, sim):
     groups["workers"]["hosts"]["node2"]["ansible_host"] = _spare_address(sim)
 
 
+def _head_outside_top(inv: Path, sim) -> None:
+    path = inv / "hosts.yml"
+    data = _load(path)
+    children = data["all"]["children"]["a3_nodes"]["children"]
+    data["all"]["children"]["head"] = children.pop("head")
+    path.write_text(yaml.safe_dump(data))
+
+
+def _one_machine_twice(inv: Path, sim) -> None:
+    """node2's entry reaches node1's machine by another name for its address (its 32-bit
+    number, which ssh resolves like the dotted form), known to ssh under that name too."""
+    path = inv / "hosts.yml"
+    data = _load(path)
+    groups = data["all"]["children"]["a3_nodes"]["children"]
+    addr = groups["head"]["hosts"]["node1"]["ansible_host"]
+    alias = str(int(ipaddress.IPv4Address(addr)))
+    groups["workers"]["hosts"]["node2"]["ansible_host"] = alias
+    path.write_text(yaml.safe_dump(data))
+    known = Path(sim.known_hosts).read_text().splitlines()
+    extra = [alias + line[len(addr):] for line in known if line.startswith(addr + " ")]
+    (inv / "known_hosts").write_text("\n".join(known + extra) + "\n")
+    gv = inv / "group_vars" / "a3_nodes.yml"
+    data = _load(gv)
+    data["ansible_ssh_common_args"] = data["ansible_ssh_common_args"].replace(
+        str(sim.known_hosts), str(inv / "known_hosts"))
+    gv.write_text(yaml.safe_dump(data))
+
+
 def _spare_address(sim) -> str:
     return str(ipaddress.ip_network(sim.subnet).network_address + 99)
 
@@ -237,6 +265,101 @@ CASES: dict[str, Case] = {
     "an input name of an earlier release": Case("train arguments", TRAIN, (
         "-e action= is no longer read (it was renamed). Fix: pass -e train_job_action=stop",),
         extravars={"algo": "grpo", "action": "stop"}, host="node1"),
+    # --- issue 25: values that crashed with a traceback or passed silently ---
+    "npus_per_node a superscript digit": Case("preflight (inventory)", SITE, (
+        "node2: npus_per_node '²' is not a positive whole number. Fix:",),
+        _node2("npus_per_node", "²")),
+    "npus_per_node in Arabic-Indic digits": Case("preflight (inventory)", SITE, (
+        "node2: npus_per_node '١٦' is not a positive whole number. Fix:",),
+        _node2("npus_per_node", "١٦")),
+    "a loopback cluster_ip": Case("preflight (inventory)", SITE, (
+        "node2: cluster_ip 127.0.0.1 is a loopback address", "Fix: set cluster_ip"),
+        _node2("cluster_ip", "127.0.0.1")),
+    "the broadcast address as cluster_ip": Case("preflight (inventory)", SITE, (
+        "node2: cluster_ip 255.255.255.255 is the broadcast address", "Fix:"),
+        _node2("cluster_ip", "255.255.255.255")),
+    "a multicast cluster_ip": Case("preflight (inventory)", SITE, (
+        "node2: cluster_ip 224.0.0.1 is a multicast address", "Fix:"),
+        _node2("cluster_ip", "224.0.0.1")),
+    "a link-local cluster_ip": Case("preflight (inventory)", SITE, (
+        "node2: cluster_ip 169.254.10.20 is a link-local address", "Fix:"),
+        _node2("cluster_ip", "169.254.10.20")),
+    "the unspecified address as cluster_ip": Case("preflight (inventory)", SITE, (
+        "node2: cluster_ip 0.0.0.0 is the unspecified address", "Fix:"),
+        _node2("cluster_ip", "0.0.0.0")),
+    "a head outside a3_nodes": Case("preflight (inventory)", SITE, (
+        "node1: is in 'head' but not under 'a3_nodes'", "Fix: put the 'head' group under"),
+        _head_outside_top),
+    "a Ray port that is not a number": Case("preflight (inventory)", SITE, (
+        "node1, node2: ray_cluster_gcs_port 'abc' is not a TCP port", "Fix: set"),
+        _group_vars(ray_cluster_gcs_port="abc")),
+    "a Ray port 0": Case("preflight (inventory)", SITE, (
+        "node1, node2: ray_cluster_node_manager_port 0 is not a TCP port", "Fix:"),
+        _group_vars(ray_cluster_node_manager_port=0)),
+    "a Ray port above 65535": Case("preflight (inventory)", SITE, (
+        "node1, node2: a3rl_ray_dashboard_port 70000 is not a TCP port", "Fix:"),
+        _group_vars(a3rl_ray_dashboard_port=70000)),
+    "a port in non-ASCII digits": Case("preflight (inventory)", SITE, (
+        "node2: recipe_env_master_port '٢٩٥٠٠' is not a TCP port", "Fix:"),
+        _node2("recipe_env_master_port", "٢٩٥٠٠")),
+    "a fan-out port with letters": Case("preflight (inventory)", SITE, (
+        "node1, node2: artifact_store_fanout_port '29470abc' is not a TCP port", "Fix:"),
+        _group_vars(artifact_store_fanout_port="29470abc")),
+    "a fan-out minimum with a unit": Case("preflight (inventory)", SITE, (
+        "node1, node2: artifact_store_fanout_min_bytes '1GB' is not a whole number",
+        "Fix: write it as plain digits"), _group_vars(artifact_store_fanout_min_bytes="1GB")),
+    "a bandwidth cap with a unit": Case("preflight (inventory)", SITE, (
+        "node1, node2: artifact_store_bwlimit '10M' is not a whole number", "Fix:"),
+        _group_vars(artifact_store_bwlimit="10M")),
+    "a fan-out timeout of 0": Case("preflight (inventory)", SITE, (
+        "node1, node2: artifact_store_fanout_connect_timeout 0 is not a whole number above 0",
+        "Fix:"), _group_vars(artifact_store_fanout_connect_timeout=0)),
+    "a disk requirement with a unit": Case("preflight (inventory)", SITE, (
+        "node1, node2: preflight_disk_requirements[0].min_free_gb '100GB' is not a number",
+        "Fix:"), _group_vars(preflight_disk_requirements=[
+            {"path": "/data", "min_free_gb": "100GB", "what": "weights"}])),
+    "a negative disk requirement": Case("preflight (inventory)", SITE, (
+        "node1, node2: preflight_disk_requirements[0].min_free_gb -5 is not a number",
+        "Fix:"), _group_vars(preflight_disk_requirements=[
+            {"path": "/data", "min_free_gb": -5, "what": "weights"}])),
+    "a firewall source that is not IPv4": Case("preflight (inventory)", SITE, (
+        "node1, node2: ray_cluster_firewall_allow entry '10.0.0.300' is not an IPv4 address",
+        "Fix: list IPv4"), _group_vars(ray_cluster_firewall_allow=["10.0.0.300"])),
+    "a relative data root": Case("preflight (inventory)", SITE, (
+        "node1, node2: a3rl_data_root 'data/a3rl' is not an absolute folder", "Fix:"),
+        _group_vars(a3rl_data_root="data/a3rl")),
+    "the root folder as shared storage": Case("preflight (inventory)", SITE, (
+        "node1, node2: a3rl_shared_dir '/' is not an absolute folder below /", "Fix:"),
+        _group_vars(a3rl_shared_dir="/")),
+    "one machine twice, by address and by another name": Case("preflight (node)", SITE, (
+        "node2: reaches the same machine as node1", "Fix: keep one entry per machine"),
+        _one_machine_twice),
+    "a ModelScope id with ..": Case("preflight (controller)", SITE, (
+        "controller: artifact qwen3_32b_config: id 'Qwen/../../etc' is not a hub id", "Fix:"),
+        _artifact("qwen3_32b_config", kind="modelscope", id="Qwen/../../etc")),
+    "a git URL that is an option": Case("preflight (controller)", SITE, (
+        "controller: artifact megatron: url '--upload-pack=touch /tmp/a3rl-pwned' is not a URL",
+        "Fix:"), _artifact("megatron", url="--upload-pack=touch /tmp/a3rl-pwned")),
+    "an http URL that is not http": Case("preflight (controller)", SITE, (
+        "controller: artifact deepscaler: url 'file:///etc/passwd' is not an http(s) URL",
+        "Fix:"), _artifact("deepscaler", kind="http", url="file:///etc/passwd",
+                           dest="raw/deepscaler.json", sha256=ZERO)),
+    "a site-provided dataset not provided": Case("preflight (controller)", SITE, (
+        "controller: artifact dapo_math_17k: the site provides this file and it is not there",
+        "huggingface.co/datasets/BytedTsinghua-SIA/DAPO-Math-17k",
+        "Fix: put it in"), _artifact("dapo_math_17k", path="", dest="raw/dapo_missing")),
+    "an override that is a number": Case("train plan", TRAIN, (
+        "extra override 5 (a number) is not a 'key=value' string",),
+        extravars={"algo": "grpo", "overrides": [5]}, host="node1"),
+    "an override that is null": Case("train plan", TRAIN, (
+        "extra override None (null) is not a 'key=value' string",),
+        extravars={"algo": "grpo", "overrides": [None]}, host="node1"),
+    "an override that is a mapping": Case("train plan", TRAIN, (
+        "is not a 'key=value' string",),
+        extravars={"algo": "grpo", "overrides": [{"a": 1}]}, host="node1"),
+    "npus_per_node a superscript digit (train plan)": Case("train plan", TRAIN, (
+        "npus_per_node must be a positive whole number, not '²'", "Fix: change -e"),
+        _group_vars(npus_per_node="²"), extravars={"algo": "grpo"}, host="node1"),
     # --- day 2 ---
     "an unknown Ray action": Case("ray arguments", RAY, (
         "value of ray_cluster_action must be one of: start, stop, restart, status, got: reload",

@@ -63,6 +63,9 @@ def staged(sim):
 
 def test_datasets_on_every_node_in_verl_format(staged, tmp_path):
     rec = record(staged)
+    # The stand-in deepscaler.json's two items with no answer were left out, recorded.
+    dropped = rec["dataset:deepscaler"]["dropped"]
+    assert (dropped["count"], dropped["of"], dropped["positions"]) == (2, 14, [4, 8])
     for node in staged.members():
         c = node.container
         for rel in PARQUETS:

@@ -12,6 +12,7 @@ from a3rl.sim import cluster, podman
 from .conftest import failure_text, play, provision
 
 WORKDIR = "/data/a3rl/llm_rl/qwen3"
+MINE = ("/data/a3rl/data/mine.txt", "/data/a3rl/models/mine")
 CACHES = [f"{WORKDIR}/kernel_meta", f"{WORKDIR}/.torchair_cache", f"{WORKDIR}/.cache",
           "/root/.cache", "/root/atc_data"]
 
@@ -130,6 +131,11 @@ def test_a_cache_path_that_is_a_symlink_is_refused(up):
         sh(node, "rm -f /root/atc_data; rm -rf /root/elsewhere")
 
 
+def _events(result) -> list[dict]:
+    return [json.loads(p.read_text()) for p in
+            (result.record / "artifacts").rglob("job_events/*.json")]
+
+
 def _job(node: str, ident: str, command: str = "sleep 300") -> None:
     in_container(node, f"ray job submit --address http://127.0.0.1:8260 --no-wait "
                        f"--submission-id {ident} -- {command}")
@@ -141,15 +147,33 @@ def test_refused_while_a_job_runs_then_teardown_and_site_bring_it_back(up):
     refused = play("playbooks/cache_clean.yml", up.inventory_dir)
     assert not refused.ok
     assert "a3rl-test-sleeper" in failure_text(refused), failure_text(refused)
-    down = play("playbooks/teardown.yml", up.inventory_dir)
-    assert down.ok, failure_text(down)
+    # Files placed by hand beside the project's: a purge removes only what the project's
+    # records (the artifact store's stamps) name, and says what it kept.
     for n in up.members():
-        assert sh(n.container, "docker ps -aq --filter name=a3rl-train").strip() == ""
-        # The image, sources and data stay.
-        assert sh(n.container, f"test -d {WORKDIR}/verl && test -f "
-                               "/data/a3rl/data/deepscaler/train.parquet && echo kept").strip()
-    again = play("playbooks/teardown.yml", up.inventory_dir)
-    assert again.ok and again.changed == 0, again.stats.get("changed")
+        sh(n.container, f"echo mine > {MINE[0]} && mkdir -p {MINE[1]} && echo w > {MINE[1]}/w")
+    try:
+        down = play("playbooks/teardown.yml", up.inventory_dir,
+                    extravars={"teardown_purge": "data,weights"})
+        assert down.ok, failure_text(down)
+        for n in up.members():
+            assert sh(n.container, "docker ps -aq --filter name=a3rl-train").strip() == ""
+            # The image and sources stay; the data and weights the project placed go.
+            assert sh(n.container, f"test -d {WORKDIR}/verl && echo kept").strip()
+            assert sh(n.container, "test ! -e /data/a3rl/data/deepscaler && test ! -e "
+                                   "/data/a3rl/.a3rl/stamps/data/deepscaler && echo gone"
+                      ).strip() == "gone"
+            assert sh(n.container, "find /data/a3rl/data /data/a3rl/models -type f | sort"
+                      ).split() == [MINE[0], f"{MINE[1]}/w"]
+        said = "\n".join(str(e["event_data"].get("res", {}).get("msg", ""))
+                         for e in _events(down) if e.get("event") == "runner_on_ok")
+        assert "kept 1 file(s) under /data/a3rl/data" in said, said
+        assert "kept 1 file(s) under /data/a3rl/models" in said, said
+        again = play("playbooks/teardown.yml", up.inventory_dir,
+                     extravars={"teardown_purge": "data,weights"})
+        assert again.ok and again.changed == 0, again.stats.get("changed")
+    finally:
+        for n in up.members():
+            sh(n.container, f"rm -rf {MINE[0]} {MINE[1]}")
     status = play("playbooks/status.yml", up.inventory_dir)
     assert not status.ok
     assert "the training container is absent" in failure_text(status)

@@ -8,6 +8,7 @@ the file, the row and the column.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -102,7 +103,8 @@ def test_outputs_carry_the_recipe_file_names_and_validate(prepared):
 
 def test_deepscaler_matches_the_recipes_conversion(prepared):
     train, valid = prepared["deepscaler"]
-    assert datasets.summary(train)["rows"] == 10  # int(12 * 0.9): first items train, no shuffle
+    # int(14 * 0.9) = 12: the first 12 items train, no shuffle; 2 of them have no answer.
+    assert datasets.summary(train)["rows"] == 10
     assert datasets.summary(valid)["data_sources"] == {"deepscaler": 2}
     assert rows(train)[1] == {
         "data_source": "deepscaler",
@@ -116,7 +118,8 @@ def test_deepscaler_matches_the_recipes_conversion(prepared):
         },
     }
     held_out = rows(valid)
-    assert [r["extra_info"]["index"] for r in held_out] == [10, 11]
+    assert [r["extra_info"]["index"] for r in held_out] == [12, 13]
+    assert 4 not in [r["extra_info"]["index"] for r in rows(train)]
     assert {r["extra_info"]["split"] for r in held_out} == {"valid"}
 
 
@@ -272,12 +275,43 @@ def test_a_gsm8k_answer_without_its_final_line_is_refused(tmp_path):
         datasets.prepare("gsm8k", snapshot, tmp_path / "out")
 
 
-def test_bad_deepscaler_items_are_refused_by_position(tmp_path):
+def test_flawed_deepscaler_items_are_dropped_by_position_and_the_split_kept(tmp_path):
+    """Items with no answer (the published file reportedly has 6) are dropped and
+    reported; the 90/10 cut is on the original positions, as the recipe's script makes it."""
     snapshot = tmp_path / "ds"
     snapshot.mkdir()
-    (snapshot / "deepscaler.json").write_text('[{"problem": "p", "answer": "1"}, {"problem": "q"}]')
-    with pytest.raises(datasets.DatasetError, match="item 1: 'answer' is missing"):
+    items = [{"problem": f"p{i}", "answer": str(i)} for i in range(20)]
+    items[3] = {"problem": "p3"}  # no answer, in the train part
+    items[7]["answer"] = "  "
+    items[18] = {"problem": "p18", "answer": None}  # in the valid part
+    (snapshot / "deepscaler.json").write_text(json.dumps(items))
+    (train, valid), dropped = datasets.prepare_report("deepscaler", snapshot, tmp_path / "out")
+    assert [r["extra_info"]["index"] for r in rows(train)] == [
+        i for i in range(18) if i not in (3, 7)]
+    assert [r["extra_info"]["index"] for r in rows(valid)] == [19]
+    assert dropped["count"] == 3 and dropped["of"] == 20
+    assert dropped["positions"] == [3, 7, 18]
+    assert "'answer' is missing or empty" in dropped["reasons"]["3"]
+
+
+def test_more_flawed_items_than_the_share_is_refused(tmp_path):
+    snapshot = tmp_path / "ds"
+    snapshot.mkdir()
+    items = [{"problem": f"p{i}", "answer": "" if i % 3 == 0 else "1"} for i in range(60)]
+    (snapshot / "deepscaler.json").write_text(json.dumps(items))
+    with pytest.raises(datasets.DatasetError,
+                       match="20 of 60 items in deepscaler.json are flawed .*Fix: fetch"):
         datasets.prepare("deepscaler", snapshot, tmp_path / "out")
+    # Allowed: max(1% of 60, 10) = 10 < 20; a share of 0.5 allows 30.
+    datasets.prepare("deepscaler", snapshot, tmp_path / "out", max_flawed_share=0.5)
+    for bad in (1, -0.1, True, "0.1"):
+        with pytest.raises(datasets.DatasetError, match="max_flawed_share must be"):
+            datasets.prepare("deepscaler", snapshot, tmp_path / "out", max_flawed_share=bad)
+
+
+def test_unreadable_deepscaler_json_is_refused(tmp_path):
+    snapshot = tmp_path / "ds"
+    snapshot.mkdir()
     (snapshot / "deepscaler.json").write_text("{not json")
     with pytest.raises(datasets.DatasetError, match="not readable JSON"):
         datasets.prepare("deepscaler", snapshot, tmp_path / "out")

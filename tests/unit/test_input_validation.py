@@ -3,6 +3,7 @@ nothing half-written kept as whole, every bad value refused with the variable an
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,276 @@ def test_every_rsync_of_the_store_protects_its_arguments(tasks):
     assert rsyncs, f"no rsync task found in {tasks}"
     for task in rsyncs:
         assert "--protect-args" in str(task["ansible.builtin.command"]["argv"]), task["name"]
+
+
+# ------------------------------------------------ 25.6 DAPO-Math-17k and AIME 2024 sources
+
+
+def _shipped_manifest() -> dict:
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    return yaml.safe_load((root / "group_vars/all/artifacts.yml").read_text())["a3rl_artifacts"]
+
+
+def test_dapo_and_aime_default_to_a_site_provided_file_naming_where_it_comes_from():
+    shipped = _shipped_manifest()
+    for name, file in (("dapo_math_17k", "dapo-math-17k.parquet"),
+                       ("aime_2024", "aime-2024.parquet")):
+        spec = shipped[name]
+        # No invented checksum, no hub id the project has not confirmed to exist.
+        assert spec["kind"] == "file" and not spec.get("sha256") and not spec.get("path")
+        assert "huggingface.co/datasets/" in spec["obtain"] and file in spec["obtain"]
+        assert "prepare_dapo_data.sh" in spec["obtain"]
+
+
+def test_a_missing_site_provided_file_is_refused_naming_the_variable_and_its_origin(tmp_path):
+    spec = {"kind": "file", "group": "data", "dest": "raw/dapo_math_17k",
+            "obtain": "https://example.org/dapo-math-17k.parquet (the recipe's URL)"}
+    store = tmp_path / "store"
+    [msg] = pf.artifact_input_problems({"dapo_math_17k": spec}, str(store), probe=lambda _u: None)
+    assert msg.startswith("controller: artifact dapo_math_17k: the site provides this file")
+    assert "https://example.org/dapo-math-17k.parquet" in msg
+    assert "a3rl_artifact_overrides.dapo_math_17k.path" in msg and "Fix:" in msg
+    # A run that leaves the dataset out is not refused for it.
+    assert pf.artifact_input_problems({"dapo_math_17k": spec}, str(store),
+                                      probe=lambda _u: None, unused=["dapo_math_17k"]) == []
+    # Put in place by hand: accepted, and the fetch records it.
+    (store / "raw/dapo_math_17k").mkdir(parents=True)
+    (store / "raw/dapo_math_17k/dapo-math-17k.parquet").write_bytes(b"x")
+    assert pf.artifact_input_problems({"dapo_math_17k": spec}, str(store),
+                                      probe=lambda _u: None) == []
+
+
+def test_the_fetch_of_a_missing_site_provided_file_names_its_origin(tmp_path):
+    spec = {"kind": "file", "dest": "raw/aime_2024", "obtain": "https://example.org/aime"}
+    with pytest.raises(artifacts.ArtifactError,
+                       match="It comes from https://example.org/aime. Fix: .*overrides.aime_2024"):
+        artifacts.fetch_file(str(tmp_path), "aime_2024", spec, lambda _m: None)
+
+
+# ----------------------------------------- 25 values that crashed or passed silently
+
+
+def _inv(**node2):
+    groups = {"a3_nodes": ["node1", "node2"], "head": ["node1"], "workers": ["node2"]}
+    hostvars = {"node1": {"cluster_ip": "10.0.0.1", "ansible_host": "192.168.0.1"},
+                "node2": {"cluster_ip": "10.0.0.2", "ansible_host": "192.168.0.2", **node2}}
+    return groups, hostvars
+
+
+@pytest.mark.parametrize("value", ["²", "١٦", "16GB", "", " ", True, 0, -1, "1.5", None])
+def test_npus_per_node_that_is_not_ascii_digits_is_refused_not_a_traceback(value):
+    [msg] = pf.npus_per_node_problems("node2", {"npus_per_node": value})
+    assert msg.startswith("node2: npus_per_node ") and "Fix:" in msg
+
+
+@pytest.mark.parametrize("value", [16, "16", " 8 "])
+def test_npus_per_node_as_digits_passes(value):
+    assert pf.npus_per_node_problems("node2", {"npus_per_node": value}) == []
+
+
+@pytest.mark.parametrize(("ip", "why"), [
+    ("127.0.0.1", "loopback"), ("255.255.255.255", "broadcast"), ("224.0.0.1", "multicast"),
+    ("169.254.3.4", "link-local"), ("0.0.0.0", "unspecified"), ("240.0.0.1", "reserved"),
+])
+def test_a_cluster_ip_no_other_node_can_reach_is_refused(ip, why):
+    groups, hv = _inv(cluster_ip=ip)
+    [msg] = pf.topology_problems(groups, hv)
+    assert msg.startswith(f"node2: cluster_ip {ip} is ") and why in msg and "Fix:" in msg
+
+
+def test_non_ascii_digits_in_a_cluster_ip_are_refused():
+    groups, hv = _inv(cluster_ip="١٠.0.0.2")
+    [msg] = pf.topology_problems(groups, hv)
+    assert "is not an IPv4 address" in msg
+
+
+def test_a_head_outside_a3_nodes_is_refused():
+    groups, hv = _inv()
+    groups["head"] = ["node9"]
+    hv["node9"] = {"cluster_ip": "10.0.0.9"}
+    problems = pf.topology_problems(groups, hv)
+    assert any(p.startswith("node9: is in 'head' but not under 'a3_nodes'") and "Fix:" in p
+               for p in problems), problems
+
+
+def test_a_node_missing_from_the_host_variables_is_named_not_a_keyerror():
+    groups, hv = _inv()
+    del hv["node2"]
+    assert "node2: has no host variables. Fix: define it in the inventory." in \
+        pf.topology_problems(groups, hv)
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("ray_cluster_gcs_port", "abc"), ("ray_cluster_gcs_port", 0), ("ray_cluster_gcs_port", 70000),
+    ("a3rl_ray_dashboard_port", "٨٢٦٥"), ("ray_cluster_min_worker_port", -1),
+    ("artifact_store_fanout_port", "29470abc"), ("recipe_env_master_port", True),
+    ("ray_cluster_metrics_export_port", 29455.5),
+])
+def test_a_port_that_is_not_a_tcp_port_is_refused_naming_the_hosts(name, value):
+    groups, hv = _inv()
+    hv["node1"][name] = hv["node2"][name] = value
+    [msg] = pf.setting_problems(groups["a3_nodes"], hv)
+    assert msg.startswith(f"node1, node2: {name} {value!r} is not a TCP port") and "Fix:" in msg
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("artifact_store_fanout_min_bytes", "1GB"), ("artifact_store_fanout_min_bytes", -1),
+    ("artifact_store_bwlimit", "10M"), ("artifact_store_fanout_connect_timeout", 0),
+    ("artifact_store_fanout_io_timeout", "60s"), ("artifact_store_fanout_min_rate", "²"),
+])
+def test_a_size_or_count_with_a_unit_or_out_of_range_is_refused(name, value):
+    groups, hv = _inv(**{name: value})
+    [msg] = pf.setting_problems(groups["a3_nodes"], hv)
+    assert msg.startswith(f"node2: {name} {value!r} is not a whole number") and "Fix:" in msg
+
+
+def test_settings_as_the_inventory_writes_them_pass():
+    groups, hv = _inv(ray_cluster_gcs_port="6379", artifact_store_fanout_port=29470,
+                      artifact_store_fanout_min_bytes=0, artifact_store_bwlimit="0",
+                      preflight_disk_requirements=[{"path": "/data", "min_free_gb": "1.5"}],
+                      ray_cluster_firewall_allow=["10.0.0.0/24", "192.168.1.7"])
+    assert pf.setting_problems(groups["a3_nodes"], hv) == []
+
+
+@pytest.mark.parametrize(("value", "needle"), [
+    ([{"path": "/data", "min_free_gb": "100GB"}], "[0].min_free_gb '100GB' is not a number"),
+    ([{"path": "/data", "min_free_gb": -5}], "[0].min_free_gb -5 is not a number"),
+    ([{"path": "/data", "min_free_gb": "nan"}], "min_free_gb 'nan'"),
+    ([{"path": "/data"}], "min_free_gb None"),
+    ([{"path": "data", "min_free_gb": 1}], "[0].path 'data' is not an absolute path"),
+    ([{"path": "/data", "min_free_gb": 1}, "x"], "[1] is 'x', not a mapping"),
+    ({"path": "/data"}, "not a list"),
+])
+def test_disk_requirements_that_would_crash_the_disk_check_are_refused(value, needle):
+    groups, hv = _inv(preflight_disk_requirements=value)
+    [msg] = pf.setting_problems(groups["a3_nodes"], hv)
+    assert msg.startswith("node2: preflight_disk_requirements") and needle in msg, msg
+
+
+def test_firewall_allow_everyone_is_warned_and_a_bad_source_refused():
+    groups, hv = _inv(ray_cluster_firewall_allow=["0.0.0.0/0"])
+    assert pf.setting_problems(groups["a3_nodes"], hv) == []
+    [warning] = pf.firewall_allow_warnings(groups["a3_nodes"], hv)
+    assert warning.startswith("WARNING node2: ray_cluster_firewall_allow 0.0.0.0/0 lets")
+    groups, hv = _inv(ray_cluster_firewall_allow=["10.0.0.0/24"])
+    assert pf.firewall_allow_warnings(groups["a3_nodes"], hv) == []
+    for bad in (["10.0.0.300"], ["fe80::1"], "10.0.0.0/24", [5]):
+        groups, hv = _inv(ray_cluster_firewall_allow=bad)
+        [msg] = pf.setting_problems(groups["a3_nodes"], hv)
+        assert "ray_cluster_firewall_allow" in msg and "Fix:" in msg
+
+
+def test_two_entries_reaching_one_machine_by_name_and_ip_are_refused():
+    facts = {"all_ipv4_addresses": ["10.0.0.1", "192.168.0.1", "127.0.0.1"], "machine_id": "m1"}
+    hv = {"node1": {"ansible_facts": facts}, "node2": {"ansible_facts": dict(facts)},
+          "node3": {"ansible_facts": {"all_ipv4_addresses": ["10.0.0.3"], "machine_id": "m3"}}}
+    [msg] = pf.same_machine_problems(["node1", "node2", "node3"], hv)
+    assert msg.startswith("node2: reaches the same machine as node1") and "Fix:" in msg
+    # Same machine id (cloned images) but other addresses: distinct machines.
+    hv["node2"]["ansible_facts"] = {**facts, "all_ipv4_addresses": ["10.0.0.2"]}
+    assert pf.same_machine_problems(["node1", "node2"], hv) == []
+
+
+@pytest.mark.parametrize(("spec", "needle"), [
+    ({"kind": "modelscope", "id": "Qwen/../etc", "dest": "models/x"}, "id 'Qwen/../etc'"),
+    ({"kind": "modelscope", "id": "../Qwen3-32B", "dest": "models/x"}, "is not a hub id"),
+    ({"kind": "modelscope", "id": "Qwen3-32B", "dest": "models/x"}, "owner/name"),
+    ({"kind": "modelscope", "id": 5, "dest": "models/x"}, "id 5"),
+    ({"kind": "git", "url": "--upload-pack=touch /tmp/x", "ref": "v1"}, "must not begin with '-'"),
+    ({"kind": "git", "url": "https://x/y.git", "ref": "--all"}, "ref '--all' begins with '-'"),
+    ({"kind": "http", "url": "file:///etc/passwd", "dest": "raw/x", "sha256": "a" * 64},
+     "not an http(s) URL"),
+    ({"kind": "http", "url": ["http://x"], "dest": "raw/x", "sha256": "a" * 64}, "is not a URL"),
+])
+def test_a_source_that_could_step_out_or_be_read_as_an_option_is_refused(spec, needle):
+    [msg] = artifacts.validate("a", spec)
+    assert needle in msg and msg.startswith("artifact a: ") and "Fix:" in msg
+
+
+def test_git_is_never_handed_a_url_where_it_reads_options(tmp_path):
+    """Even past validation, the fetch puts "--" before the URL: a URL that is an option
+    makes git fail on a missing repository, it does not run what the option says."""
+    repo = tmp_path / "r"
+    artifacts._git(["init", "--quiet", "--bare", str(repo)])
+    marker = tmp_path / "ran"
+    with pytest.raises(artifacts.ArtifactError):
+        artifacts._fetch_commit(str(repo), f"--upload-pack=touch {marker}", "v1", "t")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("overrides", [[5], [None], [{"a": 1}], "data.train_batch_size=4"])
+def test_overrides_that_are_not_strings_are_refused_by_the_plan(overrides):
+    from a3rl import plan as planmod
+
+    root = Path(__file__).resolve().parents[2]
+    with pytest.raises(planmod.PlanError) as e:
+        planmod.plan_from_files(root, "grpo", "qwen3_32b", "real", None, 2, 16, "/data/a3rl",
+                                "/data/a3rl/llm_rl/qwen3", extra_overrides=overrides)
+    assert any("override" in p and ("not a 'key=value' string" in p or "not a list" in p)
+               for p in e.value.problems), e.value.problems
+    if not isinstance(overrides, str):
+        word = {5: "a number", None: "null"}.get(overrides[0], "a mapping") \
+            if not isinstance(overrides[0], dict) else "a mapping"
+        assert any(f"({word})" in p for p in e.value.problems), e.value.problems
+
+
+@pytest.mark.parametrize("npus", ["²", "١٦"])
+def test_a_plan_with_non_ascii_digits_is_refused_not_a_traceback(npus):
+    from a3rl import plan as planmod
+
+    root = Path(__file__).resolve().parents[2]
+    with pytest.raises(planmod.PlanError) as e:
+        planmod.plan_from_files(root, "grpo", "qwen3_32b", "real", None, 2, npus, "/data/a3rl",
+                                "/data/a3rl/llm_rl/qwen3")
+    assert any("npus_per_node must be a positive whole number" in p for p in e.value.problems)
+
+
+@pytest.mark.parametrize(("nodes", "npus"), [(0, 16), (2, 0), ("", 16), (-1, 16), (2, "١٦")])
+def test_a_model_env_for_no_nodes_is_refused(nodes, npus):
+    from a3rl import recipe_env
+
+    model = {"name": "Qwen3-32B", "infer_tp": 4, "max_num_seqs": 64}
+    with pytest.raises(recipe_env.RecipeEnvError, match="positive whole number of .*Fix:"):
+        recipe_env.model_env(model, nodes, npus)
+
+
+def _fan_nodes(*hosts):
+    return [{"host": h, "ip": f"10.0.0.{i + 1}", "needed": ["a.bin"]} for i, h in enumerate(hosts)]
+
+
+@pytest.mark.parametrize(("kwargs", "needle"), [
+    ({"port": "29470abc"}, "artifact_store_fanout_port '29470abc' is not a TCP port"),
+    ({"port": 0}, "artifact_store_fanout_port 0"),
+    ({"min_bytes": "1GB"}, "artifact_store_fanout_min_bytes '1GB' is not a whole number"),
+    ({"min_bytes": -1}, "artifact_store_fanout_min_bytes -1"),
+])
+def test_fanout_settings_are_refused_by_name_not_a_traceback(kwargs, needle):
+    from a3rl import fanout
+
+    files = [{"path": "a.bin", "sha256": "a" * 64, "size": 10}]
+    with pytest.raises(fanout.FanoutError, match=re.escape(needle)):
+        fanout.plan(_fan_nodes("node1", "node2"), files, **kwargs)
+
+
+def test_a_fanout_plan_with_a_negative_size_or_a_node_twice_is_refused():
+    from a3rl import fanout
+
+    files = [{"path": "a.bin", "sha256": "a" * 64, "size": 10}]
+    with pytest.raises(fanout.FanoutError, match="names node1 more than once"):
+        fanout.plan(_fan_nodes("node1", "node2", "node1"), files)
+    with pytest.raises(fanout.FanoutError, match="size -5 is not a whole number"):
+        fanout.plan(_fan_nodes("node1", "node2"), [{**files[0], "size": -5}])
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("a3rl_data_root", "data/a3rl"), ("a3rl_data_root", "/"), ("a3rl_shared_dir", "//"),
+    ("a3rl_workdir", "/data/../etc"), ("a3rl_data_root", 5),
+])
+def test_a_data_folder_that_is_relative_or_the_root_is_refused(name, value):
+    groups, hv = _inv(**{name: value})
+    [msg] = pf.setting_problems(groups["a3_nodes"], hv)
+    assert msg.startswith(f"node2: {name} {value!r} is not an absolute folder") and "Fix:" in msg
+    groups, hv = _inv(a3rl_shared_dir="", a3rl_data_root="/data/a3rl")
+    assert pf.setting_problems(groups["a3_nodes"], hv) == []

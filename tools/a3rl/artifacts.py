@@ -104,6 +104,7 @@ def validate(name: str, spec: dict[str, Any]) -> list[str]:
     if sha and not re.fullmatch(r"[0-9a-f]{64}", str(sha)):
         problems.append(f"artifact {name}: sha256 {sha!r} is not 64 lowercase hex digits.")
     problems.extend(dest_problems(name, spec))
+    problems.extend(source_problems(name, spec))
     for pick in spec.get("cherry_picks") or []:
         if not isinstance(pick, dict) or not pick.get("commit"):
             problems.append(
@@ -115,6 +116,38 @@ def validate(name: str, spec: dict[str, Any]) -> list[str]:
 
 # The store's own files: an entry whose dest names one would overwrite (or prune) them.
 _STORE_OWN = (MANIFEST, MANIFEST + ".tmp", ".lock")
+
+
+# A hub id: owner/name, each a plain name (ModelScope's and Hugging Face's form).
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def source_problems(name: str, spec: dict[str, Any]) -> list[str]:
+    """Where an entry comes from, checked as a value: a ModelScope id is ``owner/name``
+    (``..`` would step out of the hub's folders, in its cache and in a stand-in hub), a
+    URL is a string that no program could read as an option (git calls take it as an
+    argument), an http URL is http(s)."""
+    problems = []
+    fix = f"Fix: correct it in a3rl_artifacts or a3rl_artifact_overrides.{name}."
+    kind = spec.get("kind")
+    if kind == "modelscope" and spec.get("id") not in (None, ""):
+        hub_id = spec["id"]
+        if (not isinstance(hub_id, str) or not _HUB_ID.fullmatch(hub_id)
+                or any(part in (".", "..") for part in hub_id.split("/"))):
+            problems.append(f"artifact {name}: id {hub_id!r} is not a hub id of the form "
+                            f"owner/name (letters, digits, '_', '.', '-'; no '..'). {fix}")
+    if kind in ("git", "http") and spec.get("url") not in (None, ""):
+        url = spec["url"]
+        if not isinstance(url, str) or url != url.strip() or url.startswith("-") or any(
+                c in url for c in "\n\r\0"):
+            problems.append(f"artifact {name}: url {url!r} is not a URL (it must be a string "
+                            f"and must not begin with '-', which git reads as an option). {fix}")
+        elif kind == "http" and not url.startswith(("http://", "https://")):
+            problems.append(f"artifact {name}: url {url!r} is not an http(s) URL. {fix}")
+    if kind == "git" and isinstance(spec.get("ref"), str) and spec["ref"].startswith("-"):
+        problems.append(f"artifact {name}: ref {spec['ref']!r} begins with '-', which git "
+                        f"reads as an option. {fix}")
+    return problems
 
 
 def _dest_key(dest: str) -> str:
@@ -284,7 +317,9 @@ def _fetch_commit(repo: str, url: str, want: str, label: str) -> str:
     A ref or full id is fetched directly; servers that refuse an unadvertised id (and
     short ids, which no server takes) fall back to fetching every branch and tag.
     """
-    _git(["fetch", "--quiet", "--no-tags", url, f"+{want}:refs/a3rl/want"], cwd=repo, check=False)
+    # "--": a URL or ref is never read as an option, whatever the manifest says.
+    _git(["fetch", "--quiet", "--no-tags", "--", url, f"+{want}:refs/a3rl/want"], cwd=repo,
+         check=False)
     got = _git(
         ["rev-parse", "--verify", "--quiet", "refs/a3rl/want^{commit}"], cwd=repo, check=False
     )
@@ -296,7 +331,7 @@ def _fetch_commit(repo: str, url: str, want: str, label: str) -> str:
     local = _git(["rev-parse", "--verify", "--quiet", f"{want}^{{commit}}"], cwd=repo, check=False)
     if local.returncode != 0:
         proc = _git(
-            ["fetch", "--quiet", "--tags", url, "+refs/heads/*:refs/a3rl/heads/*"],
+            ["fetch", "--quiet", "--tags", "--", url, "+refs/heads/*:refs/a3rl/heads/*"],
             cwd=repo,
             check=False,
         )
@@ -580,9 +615,12 @@ def fetch_file(
             raise ArtifactError(f"artifact {name}: the folder {dest} holds no files.")
         return {"files": files}
     if not os.path.exists(dest):
+        origin = (f" It comes from {' '.join(str(spec['obtain']).split())}."
+                  if spec.get("obtain") else "")
         raise ArtifactError(
             f"artifact {name}: {dest} does not exist. It cannot be downloaded by "
-            "this tool. Fix: put the file there (or set `path`/`url`)."
+            f"this tool.{origin} Fix: put the file there (or set `path`/`url` in "
+            f"a3rl_artifact_overrides.{name})."
         )
     rec = file_record(store, spec["dest"])
     if spec.get("sha256") and rec["sha256"] != spec["sha256"]:

@@ -6,7 +6,8 @@ its sha256 and size), so the nodes get it through the same verified distribution
 record is keyed on what defines the output: the raw files' sha256, the converter
 (``a3rl.datasets.output_fingerprint``), the format and its parameters. A re-run with all
 of those unchanged and the outputs intact converts nothing; a converted file reaches
-the store only after it passed the schema check.
+the store only after it passed the schema check. Flawed raw items a converter dropped
+are in the record (``dropped``: count, of, positions, reasons).
 """
 
 from __future__ import annotations
@@ -105,8 +106,8 @@ def ensure(store: str, name: str, spec: dict[str, Any], check: bool = False) -> 
         os.makedirs(out, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=out, prefix=".prepare-") as tmp:
             try:
-                made = datasets.prepare(fmt, Path(_raw_dir(store, source)), Path(tmp),
-                                        **(spec.get("params") or {}))
+                made, dropped = datasets.prepare_report(
+                    fmt, Path(_raw_dir(store, source)), Path(tmp), **(spec.get("params") or {}))
             except (datasets.DatasetError, OSError, ValueError) as e:
                 raise DatasetError(f"dataset {name}: {e}") from None
             problems = [p for path in made for p in datasets.validate(Path(path))]
@@ -139,6 +140,9 @@ def ensure(store: str, name: str, spec: dict[str, Any], check: bool = False) -> 
             "converter": datasets.CONVERTER_VERSION,
             "files": files,
         }
+        if dropped["count"]:
+            # The raw file's flawed items left out: how many, of how many, and where.
+            entry["dropped"] = {k: dropped[k] for k in ("count", "of", "positions", "reasons")}
         manifest["artifacts"][key] = entry
         artifacts.write_manifest(store, manifest)
         return {"changed": True, "action": "prepared", "reason": why, "entry": entry}

@@ -16,7 +16,14 @@ Decisions, and what they rest on:
   split with no shuffling: the first ``int(n * 0.9)`` items train, the rest held out. The
   Qwen3 training scripts read the held-out part as ``valid.parquet``. Kept as is, plus
   ``extra_info.split`` and ``extra_info.index`` (the item's position in deepscaler.json),
-  which verl expects and the recipe's script leaves out. DeepScaleR's own script appends
+  which verl expects and the recipe's script leaves out. The published file reportedly has
+  a few items with no answer (6 of 40,315, per a discussion on its hub page; not checked
+  here): such flawed items (no problem, no answer, not an object) are dropped, their count
+  and positions recorded (``prepare_report``), and the 90/10 cut is made on the original
+  positions, so train and valid hold the recipe's items less the flawed ones. More flawed
+  items than ``max_flawed_share`` of the file (default 1%, and never fewer than
+  ``FLAWED_FLOOR`` items, so a small file is not refused for one) means a damaged or
+  wrong file: refused. DeepScaleR's own script appends
   "Let's think step by step and output the final answer within \\boxed{}."
   (``DEEPSCALER_INSTRUCTION``); pass ``instruction=DEEPSCALER_INSTRUCTION`` to get that
   prompt instead of the recipe's.
@@ -82,6 +89,12 @@ class DatasetError(Exception):
     """A raw dataset that cannot be found or converted, or an output that would be invalid."""
 
 
+# Flawed items a converter drops rather than refusing the file: above this share of the
+# file (and above FLAWED_FLOOR items) the file is refused as damaged or not the published one.
+DEFAULT_MAX_FLAWED_SHARE = 0.01
+FLAWED_FLOOR = 10
+
+
 @dataclass(frozen=True)
 class RawFormat:
     """Where a dataset's raw files sit in its ModelScope snapshot, and what comes out."""
@@ -98,7 +111,8 @@ RAW_FORMATS: dict[str, RawFormat] = {
         hub_id="agentica-org/DeepScaleR-Preview-Dataset",
         inputs=(("items", "deepscaler.json"),),
         outputs=("train.parquet", "valid.parquet"),
-        params=(("train_ratio", 0.9), ("instruction", None)),
+        params=(("train_ratio", 0.9), ("instruction", None),
+                ("max_flawed_share", DEFAULT_MAX_FLAWED_SHARE)),
         description="JSON list of {problem, answer, solution}; split into train and valid",
     ),
     "dapo_math_17k": RawFormat(
@@ -140,6 +154,14 @@ def prepare(dataset: str, raw_dir: Path, out_dir: Path, **params: Any) -> list[P
     checked with the rules of ``validate`` before any is written; nothing is written when
     one would be invalid.
     """
+    return prepare_report(dataset, raw_dir, out_dir, **params)[0]
+
+
+def prepare_report(
+    dataset: str, raw_dir: Path, out_dir: Path, **params: Any
+) -> tuple[list[Path], dict[str, Any]]:
+    """``prepare``, and what it dropped: ``{"count", "of", "positions", "reasons"}`` (the
+    flawed items' positions in the raw file, 0-based; ``reasons`` per position)."""
     fmt = RAW_FORMATS.get(dataset)
     if fmt is None:
         raise DatasetError(f"unknown dataset {dataset!r}; known: {', '.join(RAW_FORMATS)}")
@@ -155,6 +177,8 @@ def prepare(dataset: str, raw_dir: Path, out_dir: Path, **params: Any) -> list[P
     inputs = _find_inputs(dataset, fmt, raw_dir)
     try:
         tables = _CONVERTERS[dataset](inputs, **options)
+        dropped = tables.pop(_DROPPED, None) or {"count": 0, "of": None, "positions": [],
+                                                 "reasons": {}}
     except pa.ArrowException as e:  # e.g. text that is not valid UTF-8
         raise DatasetError(f"{dataset}: cannot convert {raw_dir}: {e}") from None
     problems = [p for name in fmt.outputs for p in _table_problems(tables[name], name)]
@@ -163,7 +187,7 @@ def prepare(dataset: str, raw_dir: Path, out_dir: Path, **params: Any) -> list[P
             f"{dataset}: the converted data is not valid for verl:\n" + "\n".join(problems)
         )
     out_dir.mkdir(parents=True, exist_ok=True)
-    return [_write_atomic(tables[name], out_dir / name) for name in fmt.outputs]
+    return [_write_atomic(tables[name], out_dir / name) for name in fmt.outputs], dropped
 
 
 def _find_inputs(dataset: str, fmt: RawFormat, raw_dir: Path) -> dict[str, list[Path]]:
@@ -230,9 +254,13 @@ def _same_bytes(a: Path, b: Path) -> bool:
 # ------------------------------------------------------------------------ converters
 
 
+_DROPPED = "__dropped__"  # a converter's report of the flawed items it left out
+
+
 def _deepscaler(
-    inputs: dict[str, list[Path]], train_ratio: float, instruction: str | None
-) -> dict[str, pa.Table]:
+    inputs: dict[str, list[Path]], train_ratio: float, instruction: str | None,
+    max_flawed_share: float = DEFAULT_MAX_FLAWED_SHARE,
+) -> dict[str, Any]:
     if (
         isinstance(train_ratio, bool)
         or not isinstance(train_ratio, int | float)
@@ -250,18 +278,42 @@ def _deepscaler(
         raise DatasetError(
             f"deepscaler: {path.name} holds a {type(items).__name__}, not a list of items"
         )
-    rows = [_deepscaler_item(path.name, i, item) for i, item in enumerate(items)]
-    cut = int(len(rows) * train_ratio)  # as the recipe's json_to_parquet.py: no shuffle
-    if cut == 0 or cut == len(rows):
+    if (isinstance(max_flawed_share, bool) or not isinstance(max_flawed_share, int | float)
+            or not 0 <= max_flawed_share < 1):
         raise DatasetError(
-            f"deepscaler: train_ratio {train_ratio} of {len(rows)} items leaves "
-            f"{'no train' if cut == 0 else 'no valid'} rows"
+            f"deepscaler: max_flawed_share must be a share from 0 to below 1, got "
+            f"{max_flawed_share!r}"
+        )
+    rows, flawed = [], {}
+    for i, item in enumerate(items):
+        try:
+            rows.append(_deepscaler_item(path.name, i, item))
+        except DatasetError as e:
+            flawed[i] = str(e).split(": ", 2)[-1]
+    # The recipe's json_to_parquet.py cuts the whole file, flawed items included, with
+    # no shuffle: cut on the original positions, so each kept item lands where it would.
+    cut = int(len(items) * train_ratio)
+    allowed = max(int(len(items) * max_flawed_share), FLAWED_FLOOR)
+    if len(flawed) > allowed:
+        first = "; ".join(f"{flawed[i]}" for i in list(flawed)[:5])
+        raise DatasetError(
+            f"deepscaler: {len(flawed)} of {len(items)} items in {path.name} are flawed "
+            f"(more than max_flawed_share {max_flawed_share} of the file, or "
+            f"{FLAWED_FLOOR} items): {first}. Fix: fetch the published file again (a damaged "
+            "download), or raise max_flawed_share in a3rl_datasets.deepscaler.params"
+        )
+    train_rows = [r for r in rows if r[0] < cut]
+    valid_rows = [r for r in rows if r[0] >= cut]
+    if cut == 0 or cut == len(items) or not train_rows or not valid_rows:
+        raise DatasetError(
+            f"deepscaler: train_ratio {train_ratio} of {len(items)} items leaves "
+            f"{'no train' if cut == 0 or not train_rows else 'no valid'} rows"
         )
     suffix = f" {instruction}" if instruction else ""
     tables = {}
     for name, split, part in (
-        ("train.parquet", "train", rows[:cut]),
-        ("valid.parquet", "valid", rows[cut:]),
+        ("train.parquet", "train", train_rows),
+        ("valid.parquet", "valid", valid_rows),
     ):
         tables[name] = _verl_table(
             data_source=["deepscaler"] * len(part),
@@ -277,6 +329,8 @@ def _deepscaler(
                 names=["split", "index", "answer"],
             ),
         )
+    tables[_DROPPED] = {"count": len(flawed), "of": len(items), "positions": list(flawed),
+                        "reasons": {str(i): why for i, why in list(flawed.items())[:100]}}
     return tables
 
 

@@ -99,6 +99,20 @@ class FanoutError(Exception):
 # ------------------------------------------------------------------------------ planning
 
 
+def _whole(value: Any) -> int | None:
+    """An int, or a string of ASCII digits; None otherwise (bools, "1GB", "²")."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        body = text[1:] if text.startswith("-") else text
+        if body.isascii() and body.isdigit():
+            return int(text)
+    return None
+
+
 def _needs(node: dict[str, Any]) -> list[str]:
     return [str(p) for p in node.get("needed") or []]
 
@@ -132,9 +146,24 @@ def plan(
     if mode not in MODES:
         raise FanoutError(
             f"artifact_store_fanout is {mode!r}; it must be one of {', '.join(MODES)}")
-    port = int(port)
-    if not 0 < port < 65536:
-        raise FanoutError(f"artifact_store_fanout_port {port} is not a TCP port (1-65535)")
+    port_n = _whole(port)
+    if port_n is None or not 0 < port_n < 65536:
+        raise FanoutError(f"artifact_store_fanout_port {port!r} is not a TCP port (1-65535). "
+                          "Fix: set it to a free port, as plain digits.")
+    port = port_n
+    if _whole(min_bytes) is None or _whole(min_bytes) < 0:
+        raise FanoutError(f"artifact_store_fanout_min_bytes {min_bytes!r} is not a whole number "
+                          "of bytes (no unit suffix). Fix: e.g. 1000000000 for 1 GB.")
+    min_bytes = _whole(min_bytes)
+    hosts = [str(n.get("host")) for n in nodes]
+    twice = sorted({h for h in hosts if hosts.count(h) > 1})
+    if twice:
+        raise FanoutError(f"the transfer plan names {', '.join(twice)} more than once; a chain "
+                          "through one node twice would deadlock. Fix: list each node once.")
+    for f in files:
+        if _whole(f.get("size")) is None or _whole(f.get("size")) < 0:
+            raise FanoutError(f"{f.get('path')}: size {f.get('size')!r} is not a whole number of "
+                              "bytes, 0 or more. Fix: correct the store's record (fetch again).")
     by_path = {str(f["path"]): f for f in files}
     chain = [n for n in nodes if _needs(n)]
     star_bytes = 0

@@ -477,7 +477,15 @@ def make_plan(algo: str, model: str, weights: str, features: Iterable[str] | str
     # The run's values, then the user's overrides of them (which every rule then sees).
     params = {name: run.get(name) for name in PARAM_KEYS}
     extras: list[tuple[str, str, Any]] = []
+    if isinstance(extra_overrides, str | bytes | Mapping):
+        problems.append(f"overrides {extra_overrides!r} is not a list of 'key=value' strings "
+                        "(-e '{\"overrides\": [\"data.train_batch_size=64\"]}')")
+        extra_overrides = []
     for override in extra_overrides or []:
+        if not isinstance(override, str):
+            problems.append(f"extra override {override!r} ({_kind_of(override)}) is not a "
+                            "'key=value' string")
+            continue
         try:
             prefix, okey, text = split_override(override)
             value = parse_value(text)
@@ -617,9 +625,18 @@ def _enabled(defaults: Sequence[str], wanted: Sequence[str],
     return [name for name in catalogue if name in on]
 
 
+def _kind_of(value: Any) -> str:
+    """What a YAML value is, in words (Ansible hands in tagged subclasses of the types)."""
+    for kind, word in ((type(None), "null"), (bool, "a boolean"), (int, "a number"),
+                       (float, "a number"), (Mapping, "a mapping"), (list, "a list")):
+        if isinstance(value, kind):
+            return word
+    return type(value).__name__
+
+
 def _size(name: str, value: Any, problems: list[str]) -> int | None:
     """A positive whole number (a string of digits too: Ansible's -e gives strings)."""
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         value = int(value.strip())
     if not _is_int(value) or value <= 0:
         problems.append(f"{name} must be a positive whole number, not {value!r}")

@@ -39,6 +39,10 @@ def topology_problems(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str
     for h in heads:
         if h in workers:
             problems.append(f"{h}: is in both 'head' and 'workers'. Fix: remove it from 'workers'.")
+        if h not in nodes:
+            problems.append(f"{h}: is in 'head' but not under '{parent}', so no stage would "
+                            f"set it up. Fix: put the 'head' group under '{parent}' (as its "
+                            "child), or name one of its nodes as the head.")
     for h in nodes:
         if h not in workers and h not in heads:
             problems.append(f"{h}: is in '{parent}' but in neither 'head' nor 'workers'. "
@@ -46,6 +50,9 @@ def topology_problems(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str
     seen_ip: dict[str, str] = {}
     seen_addr: dict[str, str] = {}
     for h in nodes:
+        if h not in hostvars:
+            problems.append(f"{h}: has no host variables. Fix: define it in the inventory.")
+            continue
         hv = hostvars[h]
         ip = hv.get("cluster_ip")
         if not ip:
@@ -53,10 +60,16 @@ def topology_problems(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str
                             "of its cluster NIC in the inventory.")
             continue
         try:
-            ipaddress.IPv4Address(str(ip))
+            addr_ip = ipaddress.IPv4Address(str(ip))
         except ValueError:
             problems.append(f"{h}: cluster_ip '{ip}' is not an IPv4 address. Fix: set it to "
                             "the address of the node's cluster NIC.")
+            continue
+        special = _special_ip(addr_ip)
+        if special:
+            problems.append(f"{h}: cluster_ip {ip} is {special}; other nodes cannot reach the "
+                            "node there. Fix: set cluster_ip to the node's own address on its "
+                            "cluster NIC.")
             continue
         if str(ip) in seen_ip:
             problems.append(f"{h}: cluster_ip {ip} is also the cluster_ip of {seen_ip[str(ip)]}. "
@@ -73,6 +86,40 @@ def topology_problems(groups: Mapping[str, Sequence[str]], hostvars: Mapping[str
     return problems
 
 
+def _special_ip(ip: ipaddress.IPv4Address) -> str | None:
+    """Why ``ip`` cannot be a node's cluster address, or None."""
+    if ip.is_unspecified:
+        return "the unspecified address"
+    if ip.is_loopback:
+        return "a loopback address"
+    if ip == ipaddress.IPv4Address("255.255.255.255"):
+        return "the broadcast address"
+    if ip.is_multicast:
+        return "a multicast address"
+    if ip.is_link_local:
+        return "a link-local address (169.254.0.0/16, made up when DHCP fails)"
+    if ip.is_reserved:
+        return "a reserved address (240.0.0.0/4)"
+    return None
+
+
+def whole_number(value: Any) -> int | None:
+    """``value`` as a whole number: an int, or a string of ASCII digits (what ``-e`` and the
+    inventory give); None otherwise. ``str.isdigit`` alone accepts "²" (int() then fails)
+    and "١٦" (int() reads 16, but the text would go into the env scripts as is)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        sign = -1 if text.startswith("-") else 1
+        digits = text[1:] if sign < 0 else text
+        if digits and digits.isascii() and digits.isdigit():
+            return sign * int(digits)
+    return None
+
+
 def npus_per_node_problems(host: str, hv: Mapping[str, Any]) -> list[str]:
     """``npus_per_node``, when set, is a positive whole number (a digit string from the
     inventory or ``-e`` too). Checked with the inventory, so that a typo is named as such
@@ -80,8 +127,8 @@ def npus_per_node_problems(host: str, hv: Mapping[str, Any]) -> list[str]:
     if "npus_per_node" not in hv:
         return []
     value = hv["npus_per_node"]
-    text = str(value).strip()
-    if isinstance(value, bool) or not text.isdigit() or int(text) == 0:
+    number = whole_number(value)
+    if number is None or number <= 0:
         return [f"{host}: npus_per_node {value!r} is not a positive whole number. Fix: set "
                 "it to the number of NPUs (/dev/davinciN) of the node, 16 on Atlas A3."]
     return []
@@ -298,8 +345,13 @@ def artifact_input_problems(
     fetch_on_controller: bool = True,
     cache_dir: str | None = None,
     probe: Callable[[str], str | None] = url_problem,
+    unused: Iterable[str] = (),
 ) -> list[str]:
     """Problems with the manifest's entries and what they name on the controller.
+
+    A file the site provides (``obtain`` set: the project cannot download it) must be in
+    place, at ``path`` or at ``<store>/<dest>``, unless it is in ``unused`` (the raw
+    sources of datasets this run leaves out).
 
     Every entry must be well formed (kind, required keys, sha256, a ``dest`` inside the
     store). An entry the store already holds as the manifest now says (its recorded spec
@@ -334,7 +386,16 @@ def artifact_input_problems(
             by_hand = not path
             local = str(path) if path else os.path.join(store, str(spec["dest"]))
             if not os.path.exists(local):
-                if not by_hand:
+                if by_hand and spec.get("obtain") and name not in set(unused):
+                    problems.append(
+                        f"controller: artifact {name}: the site provides this file and it is "
+                        f"not there ({local}); the project does not download it. It comes "
+                        f"from {' '.join(str(spec['obtain']).split())}. Fix: put it in "
+                        f"{local}/, or set a3rl_artifact_overrides.{name}.path to a folder "
+                        "holding it, or point the entry at a site mirror (kind http, url, "
+                        "sha256); a run without this dataset can leave it out with "
+                        "datasets_names.")
+                elif not by_hand:
                     problems.append(
                         f"controller: artifact {name}: path {local} does not exist on the "
                         "controller. Fix: put the file or folder there, or correct `path` in "
@@ -387,3 +448,173 @@ def ray_auth_problems(setting: str, version: str) -> list[str]:
     except ray.RayConfigError as e:
         return [f"controller: {e}"]
     return []
+
+
+# ---------------------------------------------------------------- settings' values
+# Ports, sizes and counts the later stages read, from the inventory or -e: a value that
+# would crash a stage with a traceback (int("29470abc")), or pass silently (a port 0,
+# "10M" read as 0 by Jinja's int), is refused here, naming the variable and the hosts.
+
+PORT_SETTINGS = (
+    "a3rl_ray_gcs_port", "a3rl_ray_dashboard_port", "ray_cluster_gcs_port",
+    "ray_cluster_dashboard_port", "ray_cluster_client_server_port",
+    "ray_cluster_node_manager_port", "ray_cluster_object_manager_port",
+    "ray_cluster_runtime_env_agent_port", "ray_cluster_dashboard_agent_grpc_port",
+    "ray_cluster_dashboard_agent_http_port", "ray_cluster_metrics_export_port",
+    "ray_cluster_min_worker_port", "ray_cluster_max_worker_port",
+    "artifact_store_fanout_port", "recipe_env_master_port",
+)
+# Whole numbers >= 0 (0: none, or no floor) and > 0.
+COUNT_SETTINGS = ("artifact_store_fanout_min_bytes", "artifact_store_bwlimit")
+POSITIVE_SETTINGS = ("artifact_store_fanout_connect_timeout", "artifact_store_fanout_io_timeout",
+                     "artifact_store_fanout_min_rate")
+
+
+# Folders every stage writes under (and teardown purges in): absolute, below /, no "..".
+PATH_SETTINGS = ("a3rl_data_root", "a3rl_shared_dir", "a3rl_workdir", "a3rl_assets_dir")
+
+
+def _grouped(found: dict[tuple[str, str], list[str]]) -> list[str]:
+    """One message per (setting, problem), naming every host it applies to."""
+    return [f"{', '.join(hosts)}: {text}" for (_, text), hosts in found.items()]
+
+
+def setting_problems(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> list[str]:
+    """Problems with the values of the port, size and count settings set for ``hosts``
+    (in the inventory or with -e; a role default is not in hostvars and is right)."""
+    found: dict[tuple[str, str], list[str]] = {}
+
+    def bad(host: str, name: str, text: str) -> None:
+        found.setdefault((name, text), []).append(host)
+
+    for h in hosts:
+        hv = hostvars.get(h) if hasattr(hostvars, "get") else hostvars[h]
+        if hv is None:
+            continue
+        for name in PORT_SETTINGS:
+            if name in hv:
+                n = whole_number(hv[name])
+                if n is None or not 0 < n < 65536:
+                    bad(h, name, f"{name} {hv[name]!r} is not a TCP port (a whole number from 1 "
+                                 f"to 65535, ASCII digits). Fix: set {name} to a free port in "
+                                 "the inventory (or drop it for the default).")
+        for name in COUNT_SETTINGS + POSITIVE_SETTINGS:
+            if name in hv:
+                n = whole_number(hv[name])
+                floor = 1 if name in POSITIVE_SETTINGS else 0
+                if n is None or n < floor:
+                    what = "above 0" if floor else "0 or more"
+                    bad(h, name, f"{name} {hv[name]!r} is not a whole number {what} (bytes, "
+                                 "B/s, KiB/s or seconds: no unit suffix). Fix: write it as "
+                                 f"plain digits, e.g. {name}: 1000000000 for 1 GB.")
+        for name in PATH_SETTINGS:
+            value = hv.get(name) if name in hv else None
+            if value in (None, "") and name == "a3rl_shared_dir":
+                continue  # empty: no shared storage
+            if name in hv and (not isinstance(value, str) or not value.startswith("/")
+                               or not os.path.normpath(value).strip("/")
+                               or ".." in value.split("/")):
+                bad(h, name, f"{name} {value!r} is not an absolute folder below / (without "
+                             "'..'); the stages write under it and teardown removes from it. "
+                             f"Fix: set {name} to a folder such as /data/a3rl.")
+        if "preflight_disk_requirements" in hv:
+            for text in disk_requirement_problems(hv["preflight_disk_requirements"]):
+                bad(h, "preflight_disk_requirements", text)
+        if "ray_cluster_firewall_allow" in hv:
+            for text in firewall_allow_problems(hv["ray_cluster_firewall_allow"]):
+                bad(h, "ray_cluster_firewall_allow", text)
+    return _grouped(found)
+
+
+def disk_requirement_problems(requirements: Any) -> list[str]:
+    """``preflight_disk_requirements``: a list of {path (absolute), min_free_gb (a number
+    of gigabytes, 0 or more), what}."""
+    fix = ("Fix: give each entry an absolute path and min_free_gb as a plain number of "
+           "gigabytes, e.g. {path: /data, min_free_gb: 600, what: weights}.")
+    if not isinstance(requirements, list):
+        return [f"preflight_disk_requirements is {requirements!r}, not a list. {fix}"]
+    problems = []
+    for i, req in enumerate(requirements):
+        where = f"preflight_disk_requirements[{i}]"
+        if not isinstance(req, Mapping):
+            problems.append(f"{where} is {req!r}, not a mapping. {fix}")
+            continue
+        path = req.get("path")
+        if not isinstance(path, str) or not path.startswith("/"):
+            problems.append(f"{where}.path {path!r} is not an absolute path. {fix}")
+        gb = req.get("min_free_gb")
+        number: float | None = None
+        if isinstance(gb, int | float) and not isinstance(gb, bool):
+            number = float(gb)
+        elif isinstance(gb, str) and gb.strip().isascii():
+            try:
+                number = float(gb)
+            except ValueError:
+                number = None
+        if number is None or number != number or number < 0 or number == float("inf"):
+            problems.append(f"{where}.min_free_gb {gb!r} is not a number of gigabytes, 0 or "
+                            f"more (no unit suffix). {fix}")
+    return problems
+
+
+def firewall_allow_problems(allow: Any) -> list[str]:
+    """``ray_cluster_firewall_allow``: IPv4 addresses or CIDRs (refused otherwise here,
+    before the Ray stage would fail on them after earlier stages changed the nodes)."""
+    fix = "Fix: list IPv4 addresses or CIDRs, e.g. [10.0.0.0/24]."
+    if not isinstance(allow, list):
+        return [f"ray_cluster_firewall_allow is {allow!r}, not a list. {fix}"]
+    problems = []
+    for src in allow:
+        try:
+            if not isinstance(src, str) or not src.isascii():
+                raise ValueError
+            ipaddress.IPv4Network(src, strict=False)
+        except ValueError:
+            problems.append(f"ray_cluster_firewall_allow entry {src!r} is not an IPv4 address "
+                            f"or CIDR. {fix}")
+    return problems
+
+
+def firewall_allow_warnings(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> list[str]:
+    """Sources in ``ray_cluster_firewall_allow`` that open Ray's ports to everyone (a /0,
+    or a prefix shorter than /8): allowed, since a site may mean it, but said."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for h in hosts:
+        hv = hostvars.get(h) if hasattr(hostvars, "get") else hostvars[h]
+        allow = (hv or {}).get("ray_cluster_firewall_allow") or []
+        for src in allow if isinstance(allow, list) else []:
+            try:
+                net = ipaddress.IPv4Network(str(src), strict=False)
+            except ValueError:
+                continue
+            if net.prefixlen < 8:
+                text = (f"ray_cluster_firewall_allow {src} lets {net.num_addresses:,} addresses "
+                        "reach Ray's ports (job submission runs any code): the firewall then "
+                        "guards nothing. Fix: name the hosts or subnet that submit jobs.")
+                found.setdefault(("allow", text), []).append(h)
+    return [f"WARNING {m}" for m in _grouped(found)]
+
+
+def same_machine_problems(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> list[str]:
+    """Two inventory entries that reached one machine (by name and by IP, say): the same
+    machine id and the same IPv4 addresses in the gathered facts. Found before any stage
+    runs, which would otherwise set the machine up twice as two nodes."""
+    seen: dict[tuple[str, tuple[str, ...]], str] = {}
+    problems = []
+    for h in hosts:
+        hv = hostvars.get(h) if hasattr(hostvars, "get") else hostvars[h]
+        facts = (hv or {}).get("ansible_facts") or {}
+        addrs = tuple(sorted(a for a in facts.get("all_ipv4_addresses") or []
+                             if not str(a).startswith("127.")))
+        machine = str(facts.get("machine_id") or "")
+        if not addrs:
+            continue
+        key = (machine, addrs)
+        if key in seen:
+            problems.append(
+                f"{h}: reaches the same machine as {seen[key]} (machine id "
+                f"{machine or 'unknown'}, addresses {', '.join(addrs)}): two inventory entries "
+                "for one node. Fix: keep one entry per machine (check ansible_host of both).")
+        else:
+            seen[key] = h
+    return problems

@@ -26,6 +26,15 @@ def model_env(model: Mapping[str, Any], nodes: int, npus_per_node: int,
     unknown name is refused, so a typo does not silently do nothing.
     """
     name = model.get("name", "model")
+    for what, value in (("nodes", nodes), ("npus_per_node", npus_per_node)):
+        if isinstance(value, bool) or not (isinstance(value, int) or (
+                isinstance(value, str) and value.strip().isascii() and value.strip().isdigit())) \
+                or int(value) <= 0:
+            raise RecipeEnvError(
+                f"{name}: the model env needs a positive whole number of {what}, not {value!r} "
+                f"(an empty 'a3_nodes' group, or npus_per_node unset). Fix: list the nodes "
+                "under a3_nodes and set npus_per_node (16 on Atlas A3) in the inventory."
+            )
     nodes, npus_per_node = int(nodes), int(npus_per_node)
     infer_tp = int(model["infer_tp"])
     max_num_seqs = int(model["max_num_seqs"])

@@ -8,6 +8,9 @@ with the real datasets' file names and schemas and made-up rows (a dozen or fewe
 * ``agentica-org/DeepScaleR-Preview-Dataset``: ``deepscaler.json``, a JSON list of
   ``{problem, answer, solution}`` objects (the real one has 40,315). Answers are strings,
   some in LaTeX (``\frac{1}{2}``, ``2\sqrt{2}``, ``(3, -1)``), solutions end in ``\boxed{}``.
+  Two of its 14 items have no answer (``DEEPSCALER_FLAWED``: one lacks the key, one has an
+  empty string), as the real file reportedly has 6 such items (a discussion on the
+  dataset's hub page; their exact form, missing key, null or empty, is not known).
 * ``BytedTsinghua-SIA/DAPO-Math-17k``: ``data/dapo-math-17k.parquet`` with ``data_source``
   "math_dapo", ``prompt`` (one user message in DAPO's "Solve the following math problem
   step by step ... Answer:" template), ``ability`` "MATH", ``reward_model`` {ground_truth,
@@ -126,6 +129,12 @@ GSM8K_ROWS = {
     ],
 }
 
+# Items with no answer, at their positions in deepscaler.json (both in the train part).
+DEEPSCALER_FLAWED = [
+    (4, {"problem": "What is $2 + 2$?", "solution": "$\\boxed{4}$."}),
+    (8, {"problem": "Evaluate $3^2$.", "answer": "", "solution": "$\\boxed{9}$."}),
+]
+
 # pyarrow writes the messages' struct fields in this order, as pandas does from the dicts
 # the hub's files were made from; the converter reorders them.
 _MESSAGE = pa.struct([("content", pa.string()), ("role", pa.string())])
@@ -138,7 +147,10 @@ def write_raw_datasets(root: Path) -> dict[str, Path]:
     keyed like ``a3rl.datasets.RAW_FORMATS``."""
     base = Path(root) / "datasets"
     folders = {key: base / hub_id for key, hub_id in DATASETS.items()}
-    items = [{"problem": p, "answer": a, "solution": s} for p, a, s in DEEPSCALER_ITEMS]
+    items: list[dict] = [
+        {"problem": p, "answer": a, "solution": s} for p, a, s in DEEPSCALER_ITEMS]
+    for at, item in DEEPSCALER_FLAWED:
+        items.insert(at, item)
     _write_if_changed(
         folders["deepscaler"] / "deepscaler.json",
         (json.dumps(items, indent=2, ensure_ascii=False) + "\n").encode(),

@@ -146,7 +146,8 @@ def artifact_overrides(upstream: Mapping[str, dict], packages: Mapping[str, Path
         ov["cann_image"] = {"path": str(cann_archive.path), "sha256": cann_archive.sha256}
     if hub_root is not None:
         for name, spec in manifest.items():
-            if spec.get("kind") == "modelscope":
+            # ModelScope entries, and files the site provides that the stand-in hub holds.
+            if spec.get("kind") == "modelscope" or (spec.get("obtain") and spec.get("id")):
                 ov[name] = {"kind": "file", "path": str(hub_repo(hub_root, spec)),
                             # the stand-ins are small: no disk-space floor
                             "size": 0}

@@ -1,0 +1,214 @@
+"""Teardown purge on a node: remove what the project's records say it placed, nothing else.
+
+Runs on the nodes as Ansible module_utils: standard library only, Python 3.8+.
+
+The folders the project writes to (``<a3rl_assets_dir>/models``, ``/data``, the data
+root's ``src`` and ``wheels``) may be shared storage or a data root other people use too,
+so a purge never removes a folder wholesale. It reads the project's own records:
+
+- ``stamped``: a verified copy's stamp (``<stamps>/<path>.sha256``, written by
+  ``a3rl.stage.check_files`` after the copy's sha256 matched) names a file the project
+  placed at ``<root>/<path>``. The file goes, with its stamp, when its size is still the
+  recorded one; a file changed since (another size) is kept and reported.
+- ``tree``: a source tree (each child of ``path`` with ``children``) or the recipe working
+  directory, a git repository carrying the project's own ref (``refs/a3rl/pinned`` from
+  ``a3rl.stage.checkout``, ``refs/a3rl/pristine`` from ``build_workdir``), or a folder
+  holding the project's record file (``a3rl-conversion.json``, a finished Megatron
+  dist-checkpoint). A folder there without it is not the project's and is kept.
+- ``files``: named files or folders in a folder, named by the project's own record: the
+  extra patches (the controller's ``patches/`` list), the wheel folder (named by the
+  wheelhouse's sha256 in the store's record).
+
+Folders left empty by a removal are removed up to the entry's ``top`` (which stays);
+everything else under ``top`` is kept and listed, so the play can say what stayed and why.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from typing import Any
+
+STAMP_SUFFIX = ".sha256"
+_STAMP = re.compile(r"^[0-9a-f]{64}  (\d+)  \d+\n?$")
+KINDS = ("stamped", "tree", "files")
+
+
+class PurgeError(Exception):
+    """An entry is malformed; the message names it."""
+
+
+def _stamp_size(path: str) -> int | None:
+    """The recorded size in a stamp, or None when the file is not one of our stamps."""
+    try:
+        with open(path, encoding="ascii") as f:
+            m = _STAMP.match(f.read(256))
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(m.group(1)) if m else None
+
+
+def _size(path: str) -> int:
+    try:
+        return os.lstat(path).st_size if os.path.isfile(path) else -1
+    except OSError:
+        return -1
+
+
+def _bytes(path: str) -> int:
+    if os.path.islink(path) or os.path.isfile(path):
+        return os.lstat(path).st_size
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def _has_ref(path: str, ref: str) -> bool:
+    if not os.path.isdir(os.path.join(path, ".git")):
+        return False
+    proc = subprocess.run(["git", "-C", path, "rev-parse", "--verify", "--quiet", ref],
+                          capture_output=True, text=True,
+                          env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C"})
+    return proc.returncode == 0
+
+
+def _inside(path: str, top: str) -> bool:
+    path, top = os.path.normpath(path), os.path.normpath(top)
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def _prune_empty(start: str, top: str, check: bool, gone: set[str]) -> None:
+    """Remove folders left empty, from ``start`` up to ``top`` (which stays: it may be
+    a mount point or made by someone else). ``gone``: paths already removed, or that a
+    check-mode run would remove."""
+    d = os.path.normpath(start)
+    top = os.path.normpath(top)
+    while _inside(d, top) and d != top and os.path.isdir(d) and not os.path.islink(d):
+        left = [e for e in os.listdir(d) if os.path.join(d, e) not in gone]
+        if left:
+            return
+        if not check:
+            try:
+                os.rmdir(d)
+            except OSError:
+                return
+        gone.add(d)
+        d = os.path.dirname(d)
+
+
+def _remaining(top: str, gone: set[str], limit: int = 20) -> tuple[int, list[str]]:
+    """Files under ``top`` the purge leaves (count, the first ``limit`` paths)."""
+    if not os.path.isdir(top) or top in gone:
+        return 0, []
+    n, first = 0, []
+    for dirpath, dirs, files in os.walk(top):
+        if dirpath in gone:
+            dirs[:] = []
+            continue
+        dirs[:] = sorted(d for d in dirs if os.path.join(dirpath, d) not in gone)
+        for f in sorted(files):
+            p = os.path.join(dirpath, f)
+            if p in gone:
+                continue
+            n += 1
+            if len(first) < limit:
+                first.append(p)
+    return n, first
+
+
+def _check_entry(e: Any) -> dict[str, Any]:
+    if not isinstance(e, dict) or e.get("kind") not in KINDS:
+        raise PurgeError(f"purge entry {e!r}: kind must be one of {', '.join(KINDS)}")
+    if e["kind"] == "tree" and not (e.get("ref") or e.get("marker")):
+        raise PurgeError(f"purge entry {e!r}: a tree needs its ref or its marker file")
+    for key in ("top",) + {"stamped": ("root", "stamps"), "tree": ("path",),
+                           "files": ("path",)}[e["kind"]]:
+        if not e.get(key):
+            raise PurgeError(f"purge entry {e!r}: {key} is missing")
+    if e["kind"] == "files" and not (isinstance(e.get("names"), list) and all(
+            isinstance(n, str) and n not in ("", ".", "..") and "/" not in n for n in e["names"])):
+        raise PurgeError(f"purge entry {e!r}: names must be a list of plain file names")
+    for key in ("top", "root", "stamps", "path"):
+        if key in e and not (isinstance(e[key], str) and os.path.isabs(e[key])
+                             and os.path.normpath(e[key]) != "/" and ".." not in e[key].split("/")):
+            raise PurgeError(f"purge entry {e!r}: {key} must be an absolute path below /")
+    if e["kind"] == "tree" and not e.get("children"):
+        # A folder removed whole is one the project named: never its top, never above.
+        path, top = os.path.normpath(e["path"]), os.path.normpath(e["top"])
+        if not _inside(path, top) or path == top:
+            raise PurgeError(f"purge entry {e!r}: path must lie inside top, below it")
+    elif "path" in e and not _inside(e["path"], e["top"]):
+        raise PurgeError(f"purge entry {e!r}: path must lie inside top")
+    return e
+
+
+def purge(entries: list[dict[str, Any]], check: bool = False) -> dict[str, Any]:
+    """Remove what ``entries`` record (see the module docstring). Every entry is checked
+    before anything is removed. Returns removed paths with their bytes, and per ``top``
+    what was kept (count and the first paths)."""
+    entries = [_check_entry(e) for e in entries]
+    removed: dict[str, int] = {}
+    changed_since: list[str] = []
+    gone: set[str] = set()
+
+    def remove(path: str, top: str) -> None:
+        if path in gone or not os.path.lexists(path):
+            return
+        removed[path] = _bytes(path)
+        gone.add(path)
+        if not check:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=False)
+            else:
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:  # another node on shared storage was first
+                    pass
+        _prune_empty(os.path.dirname(path), top, check, gone)
+
+    for e in entries:
+        top = e["top"]
+        if e["kind"] == "stamped":
+            under = os.path.join(e["stamps"], e.get("under", "")).rstrip("/")
+            stamps = []
+            for dirpath, _dirs, files in os.walk(under):
+                stamps += [os.path.join(dirpath, f) for f in files if f.endswith(STAMP_SUFFIX)]
+            for stamp in sorted(stamps):
+                size = _stamp_size(stamp)
+                if size is None:
+                    continue  # not one of ours (a file of that name placed by hand)
+                rel = os.path.relpath(stamp, e["stamps"])[: -len(STAMP_SUFFIX)]
+                path = os.path.join(e["root"], rel)
+                if os.path.lexists(path) and _size(path) != size:
+                    changed_since.append(path)
+                    continue
+                remove(path, top)
+                remove(stamp, e.get("stamps_top") or under)
+        elif e["kind"] == "tree":
+            paths = [e["path"]]
+            if e.get("children"):
+                paths = ([os.path.join(e["path"], c) for c in sorted(os.listdir(e["path"]))]
+                         if os.path.isdir(e["path"]) else [])
+            for path in paths:
+                if os.path.islink(path) or not os.path.isdir(path):
+                    continue
+                if (_has_ref(path, e["ref"]) if e.get("ref")
+                        else os.path.isfile(os.path.join(path, e["marker"]))):
+                    remove(path, top)
+        else:
+            for name in e["names"]:
+                remove(os.path.join(e["path"], name), top)
+    kept: dict[str, dict[str, Any]] = {}
+    for top in dict.fromkeys(e["top"] for e in entries):
+        n, first = _remaining(top, gone)
+        if n:
+            kept[top] = {"files": n, "first": first}
+    return {"removed": removed, "kept": kept, "changed_since": changed_since,
+            "changed": bool(removed)}
