@@ -68,7 +68,8 @@ def nodes_state(dirs: list[Path], files: list[dict]) -> list[dict]:
 
 
 def run_chain(tmp_path: Path, store: Path, dirs: list[Path], files: list[dict],
-              bwlimit: int = 0, after_plan=None, **relay_kw) -> tuple[dict, dict, list[dict | None]]:
+              bwlimit: int = 0, after_plan=None,
+              **relay_kw) -> tuple[dict, dict, list[dict | None]]:
     """Plan, start every relay (threads), send; returns the plan, the sender's result and
     each node's relay result (None for a node outside the chain). ``after_plan()`` runs
     between the plan and the relays' start (a node's copy changing in between)."""
