@@ -378,6 +378,19 @@ def test_an_moe_run_needs_pp_to_divide_the_npus():
     assert "expert parallel size = NPUs / PP: 128 NPUs do not divide by PP 3" in problems
 
 
+def test_the_gen_batch_follows_the_algorithms_factor():
+    # Issue 26 (mutation): the recipe's DAPO factor is 1, so a gen batch that ignored it
+    # went unnoticed.
+    data = planmod.load_profiles(ROOT)
+    profiles = {k: data.get(k) for k in planmod.PROFILE_VARS}
+    profiles["paths"] = planmod.node_paths(ASSETS, WORKDIR, data.get("a3rl_datasets") or {},
+                                           data.get("a3rl_artifacts") or {})
+    profiles["a3rl_algorithms"]["dapo"]["gen_batch_size_factor"] = 3
+    p = make_plan("dapo", "qwen3_32b", "real", None, None, None, profiles)
+    m = p.overrides_map()
+    assert m["data.gen_batch_size"] == 3 * m["data.train_batch_size"]
+
+
 def test_resampler_refuses_shuffle():
     problems = refused(features=["resampler"], extra=["data.shuffle=True"])
     assert problems == ["feature resampler needs data.shuffle=False; the plan has "
