@@ -272,3 +272,4 @@ def test_a_ray_version_other_than_the_images_is_refused(ray_up):
     assert "expected ray 2.48.0. Fix: set a3rl_ray_version" in " ".join(text.split()), text
     assert result.changed == 0
     assert npu_total(head, token) == 32
+

@@ -26,10 +26,29 @@ def four() -> Iterator[cluster.Cluster]:
         cluster.down(f"{NAME}-ray4", log=print)
 
 
+HOST_MODE = {"a3rl_ray_mode": "host", "ray_cluster_ray_command": "/opt/a3rl/ray/bin/ray"}
+
+
+def test_an_open_files_limit_the_node_cannot_grant_fails_naming_the_host(four):
+    """More open files than the kernel allows (fs.nr_open): the env check names each node,
+    the limit and the fix. The next test renders the scripts again with the default."""
+    result = play("playbooks/recipe_env.yml", four.inventory_dir,
+                  extravars={**HOST_MODE, "recipe_env_open_files": 2097152})
+    assert not result.ok
+    text = " ".join(failure_text(result).split())
+    assert {h for h, _, _ in result.failures} == {n.hostname for n in four.members()}, text
+    for node in four.members():
+        assert f"{node.hostname}: sourcing /etc/a3rl/env/cluster_env.sh and model_env.sh on " \
+               "the node gave rc=1" in text, text
+    assert "open files: cannot modify limit" in text, text
+    assert "open files 2097152). Fix: if the open-files limit is refused, raise the " \
+           "node's hard limit" in text, text
+
+
 def test_four_nodes_in_host_mode(four):
     """Ray on the nodes themselves (no container engine)."""
     c = four
-    extra = {"a3rl_ray_mode": "host", "ray_cluster_ray_command": "/opt/a3rl/ray/bin/ray"}
+    extra = HOST_MODE
     for pb in ("playbooks/recipe_env.yml", "playbooks/ray.yml"):
         result = play(pb, c.inventory_dir, extravars=extra)
         assert result.ok, failure_text(result)
