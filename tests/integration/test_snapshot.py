@@ -23,9 +23,10 @@ CHANGES = {
     "content with the mtime put back": (
         f"touch -r {PROBE} /run/a3rl-probe-ref && printf 'y\\n' > {PROBE} && "
         f"touch -r /run/a3rl-probe-ref {PROBE}", PROBE),
-    "a file under /var/lib/docker": ("echo x > /var/lib/docker/a3rl-probe",
-                                     "/var/lib/docker/a3rl-probe"),
-    "a file in /shared": ("echo x > /shared/a3rl-probe", "/shared/a3rl-probe"),
+    # In a folder that was there before, so that the mount point's own time stays put.
+    "a file under /var/lib/docker": ("echo x > /var/lib/docker/a3rl-probe/f",
+                                     "/var/lib/docker/a3rl-probe/f"),
+    "a file in /shared": ("echo x > /shared/a3rl-probe/f", "/shared/a3rl-probe/f"),
 }
 
 
@@ -45,7 +46,8 @@ def test_nothing_done_compares_equal(sim):
 def test_a_change_on_a_node_is_seen(sim, name):
     change, path = CHANGES[name]
     node = sim.members()[-1]
-    podman.exec_(node.container, "sh", "-c", f"printf 'x\\n' > {PROBE} && chmod 0644 {PROBE}")
+    podman.exec_(node.container, "sh", "-c", f"printf 'x\\n' > {PROBE} && chmod 0644 {PROBE} && "
+                 "mkdir -p /var/lib/docker/a3rl-probe /shared/a3rl-probe")
     try:
         before = mark(sim)
         podman.exec_(node.container, "sh", "-c", change)
@@ -54,7 +56,7 @@ def test_a_change_on_a_node_is_seen(sim, name):
         assert path in _changed_paths(before, after, node.hostname), name
     finally:
         podman.exec_(node.container, "sh", "-c",
-                     f"rm -f {PROBE} /run/a3rl-probe-ref /var/lib/docker/a3rl-probe "
+                     f"rm -rf {PROBE} /run/a3rl-probe-ref /var/lib/docker/a3rl-probe "
                      "/shared/a3rl-probe")
 
 
