@@ -137,7 +137,14 @@ def node_files(container: str) -> list[str]:
     """One line per file, folder and link on the node's filesystems (``SNAPSHOT_ROOTS``):
     ``path<TAB>type mode uid:gid size mtime ctime [link target] [sha256]``. Fails when
     the node cannot be read, or the listing is empty or lacks a root."""
-    res = podman.exec_(container, "sh", "-c", _listing_script(), check=False)
+    for attempt in (1, 2):
+        res = podman.exec_(container, "sh", "-c", _listing_script(), check=False)
+        errors = res.stderr.strip().splitlines()
+        # A file removed between find's reading of its folder and its stat (a process's
+        # temporary file) is read again once; any other error, or the same twice, fails.
+        vanished = errors and all(e.endswith("No such file or directory") for e in errors)
+        if res.returncode == 0 or not (vanished and attempt == 1):
+            break
     if res.returncode != 0:
         raise AssertionError(f"{container}: the snapshot could not read the node "
                              f"(rc {res.returncode}): {res.stderr.strip()[-2000:]}")
