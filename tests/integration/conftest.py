@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import shutil
@@ -37,7 +38,8 @@ PROVISION_STRATEGY = os.environ.get("A3RL_TEST_PROVISION_STRATEGY", strategy.MIT
 # short ones fill in around them (single-worker times from CI and the helpers' runs, 2026-12-01).
 _ORDER = ("test_ray", "test_faults", "test_site", "test_frameworks", "test_data_weights",
           "test_bad_input", "test_train", "test_day2", "test_check_mode", "test_ray_host_mode",
-          "test_cann_image", "test_npu_network", "test_npu_driver", "test_fanout", "test_cli")
+          "test_cann_image", "test_npu_network", "test_npu_driver", "test_fanout", "test_cli",
+          "test_snapshot")
 
 
 def _rank(item) -> int:
@@ -103,28 +105,106 @@ def failure_text(result: PlayResult) -> str:
     return "\n".join(f"{h} | {t} | {m}" for h, t, m in result.failures)
 
 
+# What a play can change on a node, each a filesystem of its own there: the root (the
+# node's overlay), the engines' storage and the shared folder (bind mounts from the host),
+# the simulator's knob folder (it holds the stand-in device state that `hccn_tool -ip -s`
+# writes, the NVRAM of a real device), and /tmp (train_job and the bandwidth test write
+# there). /run holds only daemons' and sessions' runtime state, except the fan-out's
+# socket folder, which is listed when it exists. /proc, /sys and /dev are not files (the
+# device nodes are compared on their own).
+SNAPSHOT_ROOTS = ("/", "/var/lib/docker", "/var/lib/containers", "/shared", "/etc/a3rl-sim",
+                  "/tmp")
+SNAPSHOT_RUN = "/run/a3rl-fanout"
+# Paths that change with every SSH login, every Ansible task or as time passes, not with
+# what a play does: the journal and the other logs, Ansible's own temporary folders (its
+# modules unpack into /tmp/ansible_*), systemd's private /tmp folders, the engines'
+# container logs, Ray's session folders (on the node in host mode, in the container's
+# writable layer otherwise: logs written every second), and the other mount points as
+# seen from /.
+SNAPSHOT_NOISE = ("/proc", "/sys", "/dev", "/run", "/tmp/systemd-private-*", "/tmp/ansible_*",
+                  "/tmp/ray", "/var/log/*", "/root/.ansible",
+                  "/var/lib/docker/containers/*/*-json.log*",
+                  "/var/lib/docker/overlay2/*/diff/tmp/ray")
+# Folders whose own times and size change whenever an entry comes and goes (Ansible's
+# modules in the node's /tmp, Ray's workers in the container's): their entries are
+# compared, not the folder itself.
+SNAPSHOT_BUSY_DIRS = ("/tmp", "/var/lib/docker/overlay2/*/diff/tmp")
+# Content is hashed where it is cheap and where configuration lives: regular files of
+# up to 1 MiB under /etc (and the knob folder). Everywhere else a write shows in the
+# size, the mtime or the ctime (which no program can set back).
+SNAPSHOT_HASHED = ("/etc", "/etc/a3rl-sim")
+_FORMAT = r"%p\t%y %m %U:%G %s %T@ %C@ %l\n"
+
+
+def _listing_script() -> str:
+    prune = " -o ".join(f"-path '{p}'" for p in SNAPSHOT_NOISE)
+    roots = " ".join(SNAPSHOT_ROOTS)
+    hashed = " ".join(SNAPSHOT_HASHED)
+    # set -e and no redirection of stderr: a find or sha256sum that cannot read a
+    # directory or a file exits non-zero, and the snapshot fails with its message.
+    return (
+        "set -eu\n"
+        f"find {roots} -xdev \\( {prune} \\) -prune -o -printf '{_FORMAT}'\n"
+        f"if [ -e {SNAPSHOT_RUN} ]; then find {SNAPSHOT_RUN} -printf '{_FORMAT}'; fi\n"
+        "echo '#sha256'\n"
+        f"find {hashed} -xdev -type f -size -1025k -print0 | xargs -0r sha256sum\n"
+    )
+
+
+def node_files(container: str) -> list[str]:
+    """One line per file, folder and link on the node's filesystems (``SNAPSHOT_ROOTS``):
+    ``path<TAB>type mode uid:gid size mtime ctime [link target] [sha256]``. Fails when
+    the node cannot be read, or the listing is empty or lacks a root."""
+    for attempt in (1, 2):
+        res = podman.exec_(container, "sh", "-c", _listing_script(), check=False)
+        errors = res.stderr.strip().splitlines()
+        # A file removed between find's reading of its folder and its stat (a process's
+        # temporary file) is read again once; any other error, or the same twice, fails.
+        vanished = errors and all(e.endswith("No such file or directory") for e in errors)
+        if res.returncode == 0 or not (vanished and attempt == 1):
+            break
+    if res.returncode != 0:
+        raise AssertionError(f"{container}: the snapshot could not read the node "
+                             f"(rc {res.returncode}): {res.stderr.strip()[-2000:]}")
+    listing, _, sums = res.stdout.partition("#sha256\n")
+    digests = {}
+    for line in sums.splitlines():
+        digest, _, path = line.partition("  ")
+        digests[path] = digest
+    files = []
+    for line in listing.splitlines():
+        path, _, meta = line.partition("\t")
+        files.append(f"{path}\t{meta.rstrip()} {digests.pop(path, '')}".rstrip())
+    found = {f.split("\t", 1)[0] for f in files}
+    missing = [r for r in SNAPSHOT_ROOTS if r not in found]
+    if missing or len(files) < 1000 or digests or "/etc/passwd" not in found:
+        raise AssertionError(f"{container}: the snapshot's listing is not whole: "
+                             f"{len(files)} entries, roots missing {missing}, hashed but not "
+                             f"listed {sorted(digests)[:5]}")
+    busy = [f for f in files
+            if any(fnmatch.fnmatchcase(f.split("\t", 1)[0], d) for d in SNAPSHOT_BUSY_DIRS)]
+    return sorted(set(files) - set(busy))
+
+
 def snapshot(sim: cluster.Cluster) -> dict[str, object]:
-    """What a play could change on the nodes: files on the root filesystem newer than a
-    marker (logs, and the /run and /tmp mount points whose entries come and go with SSH
-    sessions, aside), the device nodes, and each container's start time."""
+    """What a play could change on the nodes, per host: every file, folder and link on
+    the node's filesystems with its type, mode, owner, size, mtime and ctime (and the
+    sha256 of the small files under /etc), the device nodes, and the node container's
+    start time. Noise (``SNAPSHOT_NOISE``) is left out. Fails when a node cannot be read."""
     state: dict[str, object] = {}
     for node in sim.members():
-        files = podman.exec_(
-            node.container, "sh", "-c",
-            "find / -xdev -newer /run/a3rl-test-marker "
-            "-not -path /tmp -not -path '/tmp/*' -not -path /run -not -path '/root/.ansible*' "
-            # Logs (sshd logins in the journal) are expected to grow; they are not state.
-            "-not -path '/var/log/*' 2>/dev/null "
-            "|| true",
-        ).stdout.split()
+        files = node_files(node.container)
         devices = podman.exec_(node.container, "ls", "/dev").stdout.split()
+        if not devices:
+            raise AssertionError(f"{node.container}: /dev lists nothing")
         started = podman.run(["inspect", "-f", "{{.State.StartedAt}}", node.container]).stdout
-        state[node.hostname] = (sorted(files), sorted(devices), started.strip())
+        state[node.hostname] = (files, sorted(devices), started.strip())
     return state
 
 
 def mark(sim: cluster.Cluster) -> dict[str, object]:
-    """Touch the change marker on every node, then take the 'before' snapshot."""
+    """Take the 'before' snapshot. It also touches /run/a3rl-test-marker on every node,
+    for tests that ask what is newer than the start of the case."""
     for node in sim.members():
         podman.exec_(node.container, "sh", "-c", "touch /run/a3rl-test-marker && sleep 0.01")
     return snapshot(sim)

@@ -4,6 +4,7 @@ with every NPU device, recreated only when its spec changes."""
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from a3rl.images import archive_image_id
 from a3rl.sim import podman
 
-from .conftest import failure_text, play, provision
+from .conftest import events, failure_text, play, provision
 
 IMAGE_PLAY = "playbooks/cann_image.yml"
 CONTAINER_PLAY = "playbooks/training_container.yml"
@@ -106,6 +107,14 @@ def test_training_container_has_every_npu_and_is_not_privileged(site):
         assert info["State"]["Running"]
         assert info["HostConfig"]["Privileged"] is False
         assert info["HostConfig"]["NetworkMode"] == "host"
+        # An init reaps what Ray and the jobs leave behind; the env scripts are the node's
+        # and the container only reads them.
+        assert info["HostConfig"]["Init"] is True
+        env_mount = [m for m in info["Mounts"] if m["Destination"] == "/etc/a3rl/env"]
+        assert [(m["Source"], m["RW"]) for m in env_mount] == [("/etc/a3rl/env", False)]
+        refused = podman.exec_(node.container, "docker", "exec", "a3rl-train", "touch",
+                               "/etc/a3rl/env/probe", check=False)
+        assert refused.returncode != 0 and "Read-only file system" in refused.stderr
         devs = podman.exec_(node.container, "docker", "exec", "a3rl-train", "sh", "-c",
                             "ls /dev | grep -c '^davinci[0-9]*$'").stdout.strip()
         assert devs == "16"
@@ -136,6 +145,25 @@ def _have(container: str, ref: str) -> str:
                         check=False).stdout.strip()
 
 
+# The registry password, and the form Docker keeps a login in (base64 of user:password).
+SECRETS = ("s3cret", base64.b64encode(b"a3rl:s3cret").decode())
+# Where a Docker client config could be left on the stager: any user's home, the
+# temporary folders, /etc and the role's staging folder.
+_CONFIG_PLACES = "/root /home /tmp /var/tmp /etc /var/cache/a3rl"
+
+
+def _credential_files(container: str) -> list[str]:
+    """Files on the node that hold the registry password, in clear or as Docker's login."""
+    pattern = " ".join(f"-e {s}" for s in SECRETS)
+    out = podman.exec_(container, "sh", "-c",
+                       f"places=$(for d in {_CONFIG_PLACES}; do [ -e $d ] && echo $d; done); "
+                       f"grep -rlF --devices=skip {pattern} $places; "
+                       "rc=$?; [ $rc -le 1 ] || exit $rc", check=False)
+    assert out.returncode == 0, f"{container}: grep failed: {out.stderr}"
+    # The registry's own user file holds a hash, not the password.
+    return [f for f in out.stdout.split() if f]
+
+
 def test_registry_source_pulls_once_on_the_stager(site, tmp_path):
     """A real registry (Debian's docker-registry) on the stager node, at 127.0.0.1:5000."""
     node1, node2 = (n.container for n in site.members())
@@ -158,19 +186,45 @@ def test_registry_source_pulls_once_on_the_stager(site, tmp_path):
     extra = {"cann_image_source": "registry", "cann_image_registry_ref": remote,
              "cann_image_registry_username": "a3rl", "cann_image_registry_password": "s3cret",
              "cann_image_tag": "viaregistry", "cann_image_cache_dir": str(tmp_path)}
+    checked = play(IMAGE_PLAY, site.inventory_dir, extravars=extra, check=True)
+    assert checked.ok and checked.changed == 0, failure_text(checked)
+    assert "would pull the image on node1, then distribute it" in _messages(checked)
+    assert _have(node1, "localhost/a3rl/cann-standin:viaregistry") == ""
     result = play(IMAGE_PLAY, site.inventory_dir, extravars=extra)
     assert result.ok, failure_text(result)
     want = _have(node1, "localhost/a3rl/cann-standin:viaregistry")
     assert want and _have(node2, "localhost/a3rl/cann-standin:viaregistry") == want
     # Pulled on the stager only: node2 never saw the registry reference.
     assert _have(node2, remote) == ""
-    # The password never reached the play's output.
-    assert "s3cret" not in (result.record / "artifacts").joinpath(
-        next(p.name for p in (result.record / "artifacts").iterdir()), "stdout").read_text()
+    assert _credential_files(node1) == []
     [archive] = tmp_path.glob("*.tar")
     assert archive_image_id(archive) == want
     again = play(IMAGE_PLAY, site.inventory_dir, extravars=extra)
     assert again.ok and again.changed == 0, again.stats
+    # The registry logout runs whatever happens: a pull that fails after the login leaves
+    # no credential on the stager either.
+    failed = play(IMAGE_PLAY, site.inventory_dir, extravars={
+        **extra, "cann_image_registry_ref": remote.replace(":pushed", ":absent"),
+        "cann_image_tag": "absent", "cann_image_cache_dir": str(tmp_path / "failed")})
+    assert not failed.ok and "absent" in failure_text(failed), failure_text(failed)
+    assert _credential_files(node1) == []
+    # The password is in no file of any run record: stdout, the events, env, artifacts.
+    for run in (result, again, failed):
+        leaked = [str(f) for f in run.record.rglob("*")
+                  if f.is_file() and any(s in f.read_text(errors="ignore") for s in SECRETS)]
+        assert leaked == [], leaked
+
+
+def _messages(result) -> str:
+    return "\n".join(str(e.get("event_data", {}).get("res", {}).get("msg", ""))
+                     for e in events(result))
+
+
+def _exported(result) -> bool:
+    """Whether the play exported the stager's image to the controller."""
+    return any(e.get("event") == "runner_on_ok"
+               and e["event_data"].get("task") == "CANN image | Export the image on the stager"
+               for e in events(result))
 
 
 def test_build_source_builds_once_on_the_stager(site, tmp_path):
@@ -181,8 +235,14 @@ def test_build_source_builds_once_on_the_stager(site, tmp_path):
     (ctx / "Dockerfile").write_text(f"FROM {ref}\nLABEL a3rl.test=built-on-the-stager\n")
     extra = {"cann_image_source": "build", "cann_image_build_context": str(ctx),
              "cann_image_tag": "viabuild", "cann_image_cache_dir": str(tmp_path / "cache")}
+    # --check with no earlier archive: says it would build, and builds nothing.
+    checked = play(IMAGE_PLAY, site.inventory_dir, extravars=extra, check=True)
+    assert checked.ok and checked.changed == 0, failure_text(checked)
+    assert "would build the image on node1, then distribute it" in _messages(checked)
+    assert _have(node1, "localhost/a3rl/cann-standin:viabuild") == ""
     result = play(IMAGE_PLAY, site.inventory_dir, extravars=extra)
     assert result.ok, failure_text(result)
+    assert _exported(result)
     want = _have(node1, "localhost/a3rl/cann-standin:viabuild")
     assert want and _have(node2, "localhost/a3rl/cann-standin:viabuild") == want
     label = podman.exec_(node2, "docker", "image", "inspect", "-f",
@@ -191,3 +251,13 @@ def test_build_source_builds_once_on_the_stager(site, tmp_path):
     assert label == "built-on-the-stager"
     again = play(IMAGE_PLAY, site.inventory_dir, extravars=extra)
     assert again.ok and again.changed == 0, again.stats
+    assert not _exported(again)  # the stager's image ID did not change
+    # An edited build context builds again, and the new image is exported and sent.
+    (ctx / "Dockerfile").write_text(f"FROM {ref}\nLABEL a3rl.test=built-again\n")
+    rebuilt = play(IMAGE_PLAY, site.inventory_dir, extravars=extra)
+    assert rebuilt.ok, failure_text(rebuilt)
+    assert _exported(rebuilt)
+    newer = _have(node1, "localhost/a3rl/cann-standin:viabuild")
+    assert newer and newer != want and _have(node2, "localhost/a3rl/cann-standin:viabuild") == newer
+    [archive] = (tmp_path / "cache").glob("*.tar")
+    assert archive_image_id(archive) == newer

@@ -116,8 +116,8 @@ _APT = ("/var/lib/apt/lists", "/var/cache/apt")
 
 
 def _without_apt(state: dict) -> dict:
-    return {h: ([f for f in files if not f.startswith(_APT) and f != "/root"], devices,
-                started)
+    return {h: ([f for f in files if not f.startswith(_APT) and f.split("\t")[0] != "/root"],
+                devices, started)
             for h, (files, devices, started) in state.items()}
 
 

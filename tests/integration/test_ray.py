@@ -223,10 +223,12 @@ def test_token_auth_with_a_ray_that_has_it(ray_up):
                                  ray_requirements=cann.RAY_TOKEN_REQUIREMENTS)
     extra = {"a3rl_training_image_tag": archive.tag, "cann_image_tarball": str(archive.path),
              "cann_image_tarball_sha256": archive.sha256, "a3rl_ray_version": "2.60.0"}
+    runs = []
     for pb in ("playbooks/cann_image.yml", "playbooks/training_container.yml",
                "playbooks/recipe_env.yml", "playbooks/ray.yml"):
         result = play(pb, ray_up.inventory_dir, extravars=extra)
         assert result.ok, failure_text(result)
+        runs.append(result)
     token_file = ray_up.inventory_dir / ".secrets" / "ray_auth_token"
     assert token_file.stat().st_mode & 0o777 == 0o600
     token = token_file.read_text().strip()
@@ -242,3 +244,30 @@ def test_token_auth_with_a_ray_that_has_it(ray_up):
     assert "NPU 32.0" in ran.stdout and "succeeded" in ran.stdout
     again = play("playbooks/ray.yml", ray_up.inventory_dir, extravars=extra)
     assert again.ok and again.changed == 0, again.stats["changed"]
+    # The token is on no command line (every process on the nodes, the containers'
+    # included, while Ray runs) and in no file of the runs' records.
+    for node in ray_up.members():
+        args = podman.exec_(node.container, "ps", "-eww", "-o", "args", "--no-headers").stdout
+        assert "ray" in args and token not in args, node.hostname
+    for run in [*runs, again]:
+        leaked = [str(f) for f in run.record.rglob("*")
+                  if f.is_file() and token in f.read_text(errors="ignore")]
+        assert leaked == [], leaked
+
+
+def test_a_ray_version_other_than_the_images_is_refused(ray_up):
+    """After the token test: the image carries Ray 2.60. A pin of 2.48 is refused on every
+    node, naming what the node has, and the running cluster is left alone."""
+    token = (ray_up.inventory_dir / ".secrets" / "ray_auth_token").read_text().strip()
+    head = ray_up.members()[0]
+    result = play("playbooks/ray.yml", ray_up.inventory_dir,
+                  extravars={"a3rl_ray_version": "2.48.0"})
+    assert not result.ok
+    text = failure_text(result)
+    for node in ("node1", "node2"):
+        assert f"{node}: `ray --version` in the container a3rl-train gave ray, version 2.60.0" \
+            in " ".join(text.split()), text
+    assert "expected ray 2.48.0. Fix: set a3rl_ray_version" in " ".join(text.split()), text
+    assert result.changed == 0
+    assert npu_total(head, token) == 32
+

@@ -588,6 +588,21 @@ def test_the_disk_checks_count_the_bytes_partial_copies_already_hold(tmp_path, m
         artifacts.check_space(str(store), "w", spec)
 
 
+def test_a_single_file_download_in_progress_counts_as_present(tmp_path, monkeypatch):
+    """Issue 26 (mutation): a one-file artifact resumes from DEST.part; the store's disk
+    check counts those bytes as there, as it does a partial folder."""
+    store = tmp_path / "store"
+    (store / "images").mkdir(parents=True)
+    (store / "images/cann.tar.part").write_bytes(b"z" * 700)
+    assert artifacts.present_bytes(str(store), "images/cann.tar") == 700
+    spec = {"kind": "file", "dest": "images/cann.tar", "size": 1000}
+    monkeypatch.setattr(artifacts, "free_bytes", lambda _p: 300)
+    artifacts.check_space(str(store), "cann", spec)
+    monkeypatch.setattr(artifacts, "free_bytes", lambda _p: 299)
+    with pytest.raises(artifacts.ArtifactError, match="has 0.0 GB free"):
+        artifacts.check_space(str(store), "cann", spec)
+
+
 def test_a_submodule_url_cannot_climb_above_the_root():
     with pytest.raises(artifacts.ArtifactError, match="cannot resolve submodule URL"):
         artifacts.resolve_relative_url("/repo.git", "../sub.git")

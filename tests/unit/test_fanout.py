@@ -68,13 +68,17 @@ def nodes_state(dirs: list[Path], files: list[dict]) -> list[dict]:
 
 
 def run_chain(tmp_path: Path, store: Path, dirs: list[Path], files: list[dict],
-              bwlimit: int = 0, **relay_kw) -> tuple[dict, dict, list[dict | None]]:
+              bwlimit: int = 0, after_plan=None,
+              **relay_kw) -> tuple[dict, dict, list[dict | None]]:
     """Plan, start every relay (threads), send; returns the plan, the sender's result and
-    each node's relay result (None for a node outside the chain)."""
+    each node's relay result (None for a node outside the chain). ``after_plan()`` runs
+    between the plan and the relays' start (a node's copy changing in between)."""
     port = free_port()
     p = fanout.plan(nodes_state(dirs, files), files, port=port, run=RUN,
                     socket_dir=str(tmp_path / "sock"))
     assert p["mode"] == "chain", p["reason"]
+    if after_plan:
+        after_plan()
     results: list[dict | None] = [None] * len(dirs)
     threads = []
     for i, d in enumerate(dirs):
@@ -756,3 +760,41 @@ def test_a_copy_longer_than_the_file_is_replaced_not_kept(tmp_path, cluster):
     p, sent, results = run_chain(tmp_path, store, dirs, files)
     assert small in results[0]["verified"] and not results[0]["damaged"]
     assert (dirs[0] / small).read_bytes() == data[small]
+
+
+def test_a_copy_shorter_than_the_streams_offset_is_a_gap_not_a_write(tmp_path, cluster):
+    """Every node held the first MiB of the archive when the plan was made, so the stream
+    starts there; a node whose copy lost a byte since cannot resume from it: it reports
+    the gap (the direct path fills it) and writes nothing into that copy."""
+    store, dirs, files, data = cluster
+    big = "images/cann.tar"
+    for d in dirs:
+        (d / big).parent.mkdir(parents=True, exist_ok=True)
+        (d / big).write_bytes(data[big][:1 << 20])
+
+    def shrink():
+        (dirs[0] / big).write_bytes(data[big][:(1 << 20) - 1])
+
+    p, sent, results = run_chain(tmp_path, store, dirs, files, after_plan=shrink)
+    assert next(f for f in p["files"] if f["path"] == big)["offset"] == 1 << 20
+    assert results[0]["gaps"] == [big] and not results[0]["damaged"], results[0]
+    assert (dirs[0] / big).read_bytes() == data[big][:(1 << 20) - 1]
+    assert big in results[1]["verified"]
+
+
+def test_a_copy_that_grew_longer_after_the_check_is_started_anew_by_the_relay(tmp_path, cluster):
+    """The node check (verify mode) already removes a copy longer than the file, so the
+    relay's own check matters for one that grew after it: with that check gone the relay
+    would resume at the copy's length, keep the stale bytes and report the file damaged."""
+    store, dirs, files, data = cluster
+    big = "images/cann.tar"
+    stale = os.urandom(len(data[big]) + 1)
+
+    def grow():
+        (dirs[0] / big).parent.mkdir(parents=True, exist_ok=True)
+        (dirs[0] / big).write_bytes(stale)
+
+    p, sent, results = run_chain(tmp_path, store, dirs, files, after_plan=grow)
+    assert next(f for f in p["files"] if f["path"] == big)["offset"] == 0
+    assert big in results[0]["verified"] and not results[0]["damaged"], results[0]
+    assert (dirs[0] / big).read_bytes() == data[big]

@@ -351,6 +351,46 @@ def test_pipeline_split_must_sum_to_the_layers_and_match_pp():
     assert "the pipeline split [23, 24, 24, 23] has 4 stages, PP is 2" in problems
 
 
+def test_a_split_with_fewer_stages_than_pp_is_refused():
+    # Issue 26 (mutation): only a split with more stages than PP was tested.
+    problems = refused(extra=["actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=8"])
+    assert "the pipeline split [23, 24, 24, 23] has 4 stages, PP is 8" in problems
+
+
+def test_a_pp_of_eight_derives_ep_and_the_stage_sizes_from_pp_and_the_split():
+    # Issue 26 (mutations): the recipe's 235B runs have TP = PP = 4 and a split whose
+    # first and last stages are equal, so EP from TP, or the last stage from the first,
+    # went unnoticed.
+    split = [10, 12, 12, 12, 12, 12, 12, 12]
+    p = plan(extra=["actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=8",
+                    f"+{TC}pipeline_num_transformer_layers={[[n] for n in split]}"
+                    .replace(" ", "")])
+    m = p.overrides_map()
+    assert p.values["train_ep"] == 128 // 8 == 16
+    assert m["actor_rollout_ref.actor.megatron.expert_model_parallel_size"] == 16
+    assert m[TC + "num_layers_in_first_pipeline_stage"] == 10
+    assert m[TC + "num_layers_in_last_pipeline_stage"] == 12
+
+
+def test_an_moe_run_needs_pp_to_divide_the_npus():
+    problems = refused(extra=["actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=3",
+                              f"+{TC}pipeline_num_transformer_layers=[[31],[32],[31]]"])
+    assert "expert parallel size = NPUs / PP: 128 NPUs do not divide by PP 3" in problems
+
+
+def test_the_gen_batch_follows_the_algorithms_factor():
+    # Issue 26 (mutation): the recipe's DAPO factor is 1, so a gen batch that ignored it
+    # went unnoticed.
+    data = planmod.load_profiles(ROOT)
+    profiles = {k: data.get(k) for k in planmod.PROFILE_VARS}
+    profiles["paths"] = planmod.node_paths(ASSETS, WORKDIR, data.get("a3rl_datasets") or {},
+                                           data.get("a3rl_artifacts") or {})
+    profiles["a3rl_algorithms"]["dapo"]["gen_batch_size_factor"] = 3
+    p = make_plan("dapo", "qwen3_32b", "real", None, None, None, profiles)
+    m = p.overrides_map()
+    assert m["data.gen_batch_size"] == 3 * m["data.train_batch_size"]
+
+
 def test_resampler_refuses_shuffle():
     problems = refused(features=["resampler"], extra=["data.shuffle=True"])
     assert problems == ["feature resampler needs data.shuffle=False; the plan has "

@@ -171,6 +171,17 @@ def test_disk_needs_on_one_filesystem_add_up():
     assert "100 GB needed" in msg and "/srv/a (a); /srv/b (b)" in msg
 
 
+def test_disk_free_space_at_the_edge():
+    # Issue 26 (mutation): every case was hundreds of GB away from its need.
+    mounts = [{"device": "/dev/sdb", "size_total": 2 * 1024**4, "mount": "/data",
+               "size_available": 100 * 1024**3}]
+    reqs = [{"path": "/data/a3rl", "min_free_gb": 100, "what": "weights"}]
+    assert pf.disk_problems("n1", mounts, reqs) == []
+    mounts[0]["size_available"] -= 1024**2  # one MiB short
+    [msg] = pf.disk_problems("n1", mounts, reqs)
+    assert msg.startswith("n1: filesystem /data has 100.0 GB free, 100 GB needed")
+
+
 def test_os_supported():
     facts = {"distribution": "openEuler", "architecture": "aarch64"}
     assert pf.os_problems("n1", facts, ["openEuler", "Ubuntu"], ["aarch64"]) == []

@@ -179,3 +179,22 @@ def test_multiport_takes_fifteen_slots_and_no_more():
     assert len(ray.multiport_spec(fifteen).split(",")) == 15
     with pytest.raises(RayConfigError, match="16 port slots exceed iptables multiport's 15"):
         ray.multiport_spec([*fifteen, 1100])
+
+
+# Issue 26, one-line mutations of the firewall checks that the tests above did not notice.
+
+def test_ports_on_the_edges_of_the_worker_range_are_inside_it():
+    for port in (10002, 19999):
+        with pytest.raises(RayConfigError, match="inside the worker port range"):
+            ray.ports({**PORTS, "dashboard": port})
+
+
+@pytest.mark.parametrize("rule", [
+    "-A INPUT -i eth0 -j ACCEPT",       # an interface other than loopback
+    "-A INPUT -p all -j ACCEPT",        # every protocol, tcp included
+    "-A INPUT -p ! udp -j ACCEPT",      # the old negation form: every protocol but udp
+    "-A INPUT ! -p udp -j ACCEPT",      # the form iptables -S prints
+])
+def test_a_rule_above_the_jump_that_passes_tcp_counts_against(rule):
+    live = f"{INPUT_HEAD}{rule}\n-A INPUT -j A3RL-RAY\n"
+    assert len(ray.jump_problems(live, "A3RL-RAY", CHAIN_RULES)) == 1, rule
