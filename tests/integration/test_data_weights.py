@@ -201,7 +201,7 @@ def test_weights_download_resumes_and_a_rerun_asks_the_hub_nothing(staged, tmp_p
     store = tmp_path / "store"
     ov = overrides(staged)
     ov["qwen3_32b"] = {"kind": "modelscope", "dest": "models/Qwen3-32B-hub",
-                       "size": 0}
+                       "size": 0, "revision": hub.commit_of(root, "models", "Qwen/Qwen3-32B")}
     proc, endpoint = _hub_process(root, rate=1 << 20, token_file=token_file)
     ov["qwen3_32b"]["endpoint"] = endpoint
     port = int(endpoint.rsplit(":", 1)[1])
@@ -243,7 +243,12 @@ def test_weights_download_resumes_and_a_rerun_asks_the_hub_nothing(staged, tmp_p
         assert second.ok, failure_text(second)
         ranges = [r.get("range") for r in _requests(root) if r.get("range")]
         assert any(int(r.split("=")[1].split("-")[0]) > 0 for r in ranges), ranges
-        files = json.loads((store / "manifest.json").read_text())["artifacts"]["qwen3_32b"]["files"]
+        entry = json.loads((store / "manifest.json").read_text())["artifacts"]["qwen3_32b"]
+        files = entry["files"]
+        # The pinned commit is what the client asked for and what the store records.
+        assert entry["revision"] == ov["qwen3_32b"]["revision"]
+        assert {r["query"].get("Revision") for r in _requests(root)
+                if r["path"].endswith("/repo/files")} == {entry["revision"]}
         big = max(files, key=lambda f: f["size"])
         assert big["size"] >= 8 << 20
         for node in staged.members():
