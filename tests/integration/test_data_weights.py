@@ -319,6 +319,8 @@ def test_conversion_skipped_when_settings_match_and_redone_when_overlap_differs(
         standin = json.loads(sh(node.container,
                                 f"cat {model_dir}-mcore/release/a3rl-standin.json"))
         assert standin["USE_ALLTOALL_OVERLAP"] == "1" and standin["num_hidden_layers"] == 94
+        # Qwen3 is native to transformers: no Python from the model repository runs.
+        assert standin["flags"] == ["--use_cpu_initialization"], standin["flags"]
     again = play(WEIGHTS, staged.inventory_dir, extravars=args)
     assert again.ok and again.changed == 0, again.stats.get("changed")
     # Too little disk for a conversion: refused before the old checkpoint is touched.
