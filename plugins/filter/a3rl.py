@@ -78,6 +78,7 @@ class FilterModule:
             "a3rl_ray_ports": _clear_errors(ray.ports),
             "a3rl_ray_firewall_rules": _clear_errors(ray.firewall_rules),
             "a3rl_ray_jump_problems": ray.jump_problems,
+            "a3rl_ray_out_chain": _clear_errors(ray.out_chain),
             "a3rl_ray_start_args": _clear_errors(ray.start_args),
             "a3rl_ray_dashboard_url": ray.dashboard_url,
             "a3rl_ray_installed_version": ray.installed_version,

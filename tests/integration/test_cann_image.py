@@ -6,10 +6,17 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from a3rl.images import archive_image_id
+from a3rl.paths import project_root
 from a3rl.sim import podman
 
 from .conftest import events, failure_text, play, provision
@@ -164,6 +171,67 @@ def _credential_files(container: str) -> list[str]:
     return [f for f in out.stdout.split() if f]
 
 
+# A registry that takes any login and never answers a pull: the play hangs in the pull.
+HANGING_REGISTRY = """
+import http.server, time
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path.rstrip("/") == "/v2":
+            ok = bool(self.headers.get("Authorization"))
+            self.send_response(200 if ok else 401)
+            self.send_header("Docker-Distribution-API-Version", "registry/2.0")
+            if not ok:
+                self.send_header("WWW-Authenticate", 'Basic realm="a3rl"')
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+            return
+        time.sleep(600)
+    do_HEAD = do_GET
+http.server.ThreadingHTTPServer(("127.0.0.1", 5001), H).serve_forever()
+"""
+
+
+def test_a_pull_killed_after_the_login_leaves_no_password_in_the_docker_config(site, tmp_path):
+    """ansible-playbook killed mid-pull (no `always:` runs): the stager's
+    ~/.docker/config.json never held the login."""
+    node1 = site.members()[0].container
+    script = base64.b64encode(HANGING_REGISTRY.encode()).decode()
+    podman.exec_(node1, "sh", "-c", f"echo {script} | base64 -d > /run/a3rl-test-registry.py; "
+                 "python3 /run/a3rl-test-registry.py >/dev/null 2>&1 & "
+                 "echo $! > /run/a3rl-test-hanging-registry.pid")
+    extra = tmp_path / "extra.json"
+    extra.write_text(json.dumps({
+        "cann_image_source": "registry", "cann_image_registry_ref": "127.0.0.1:5001/a3rl/hang:x",
+        "cann_image_registry_username": "a3rl", "cann_image_registry_password": "s3cret-hang",
+        "cann_image_tag": "hang", "cann_image_cache_dir": str(tmp_path)}))
+    root = project_root()
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(site.inventory_dir),
+         IMAGE_PLAY, "-e", f"@{extra}"], cwd=root, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "ANSIBLE_CONFIG": str(root / "ansible.cfg")})
+    logged_in = "grep -l 5001 /root/.docker/config.json /run/a3rl-docker-config.*/config.json"
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            if podman.exec_(node1, "sh", "-c", f"{logged_in} 2>/dev/null", check=False).stdout:
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"the play never logged in (exit {proc.poll()})")
+        time.sleep(2)  # well into the hanging pull
+        assert proc.poll() is None, "the pull did not hang"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        podman.exec_(node1, "sh", "-c", "kill $(cat /run/a3rl-test-hanging-registry.pid); "
+                     "rm -f /run/a3rl-test-hanging-registry.pid /run/a3rl-test-registry.py",
+                     check=False)
+    config = podman.exec_(node1, "cat", "/root/.docker/config.json", check=False).stdout
+    assert "5001" not in config, config
+
+
 def test_registry_source_pulls_once_on_the_stager(site, tmp_path):
     """A real registry (Debian's docker-registry) on the stager node, at 127.0.0.1:5000."""
     node1, node2 = (n.container for n in site.members())
@@ -199,6 +267,12 @@ def test_registry_source_pulls_once_on_the_stager(site, tmp_path):
     assert _credential_files(node1) == []
     [archive] = tmp_path.glob("*.tar")
     assert archive_image_id(archive) == want
+    # The login folders, this run's and the one a killed run left, are gone; the stager's
+    # own docker config never held a login.
+    assert podman.exec_(node1, "sh", "-c", "ls -d /run/a3rl-docker-config.* 2>/dev/null",
+                        check=False).stdout == ""
+    config = podman.exec_(node1, "cat", "/root/.docker/config.json", check=False).stdout
+    assert "127.0.0.1:5000" not in config and "127.0.0.1:5001" not in config, config
     again = play(IMAGE_PLAY, site.inventory_dir, extravars=extra)
     assert again.ok and again.changed == 0, again.stats
     # The registry logout runs whatever happens: a pull that fails after the login leaves

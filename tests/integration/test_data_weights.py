@@ -202,7 +202,7 @@ def test_weights_download_resumes_and_a_rerun_asks_the_hub_nothing(staged, tmp_p
     store = tmp_path / "store"
     ov = overrides(staged)
     ov["qwen3_32b"] = {"kind": "modelscope", "dest": "models/Qwen3-32B-hub",
-                       "size": 0}
+                       "size": 0, "revision": hub.commit_of(root, "models", "Qwen/Qwen3-32B")}
     proc, endpoint = _hub_process(root, rate=1 << 20, token_file=token_file)
     ov["qwen3_32b"]["endpoint"] = endpoint
     port = int(endpoint.rsplit(":", 1)[1])
@@ -244,7 +244,12 @@ def test_weights_download_resumes_and_a_rerun_asks_the_hub_nothing(staged, tmp_p
         assert second.ok, failure_text(second)
         ranges = [r.get("range") for r in _requests(root) if r.get("range")]
         assert any(int(r.split("=")[1].split("-")[0]) > 0 for r in ranges), ranges
-        files = json.loads((store / "manifest.json").read_text())["artifacts"]["qwen3_32b"]["files"]
+        entry = json.loads((store / "manifest.json").read_text())["artifacts"]["qwen3_32b"]
+        files = entry["files"]
+        # The pinned commit is what the client asked for and what the store records.
+        assert entry["revision"] == ov["qwen3_32b"]["revision"]
+        assert {r["query"].get("Revision") for r in _requests(root)
+                if r["path"].endswith("/repo/files")} == {entry["revision"]}
         big = max(files, key=lambda f: f["size"])
         assert big["size"] >= 8 << 20
         for node in staged.members():
@@ -315,6 +320,8 @@ def test_conversion_skipped_when_settings_match_and_redone_when_overlap_differs(
         standin = json.loads(sh(node.container,
                                 f"cat {model_dir}-mcore/release/a3rl-standin.json"))
         assert standin["USE_ALLTOALL_OVERLAP"] == "1" and standin["num_hidden_layers"] == 94
+        # Qwen3 is native to transformers: no Python from the model repository runs.
+        assert standin["flags"] == ["--use_cpu_initialization"], standin["flags"]
     again = play(WEIGHTS, staged.inventory_dir, extravars=args)
     assert again.ok and again.changed == 0, again.stats.get("changed")
     # Too little disk for a conversion: refused before the old checkpoint is touched.

@@ -179,33 +179,130 @@ def test_firewall_can_be_left_to_the_site(ray_up):
     podman.exec_(head.container, "iptables", "-F", "A3RL-RAY")
     again = play("playbooks/ray.yml", ray_up.inventory_dir)
     assert again.ok and again.changed == 1, again.stats["changed"]
-    assert "--dports 8260,10001:19999,29444,29450:29455 -j DROP" in podman.exec_(
-        head.container, "iptables", "-S", "A3RL-RAY").stdout
+    rules = podman.exec_(head.container, "iptables", "-S", "A3RL-RAY").stdout
+    assert "--dports 8260,10001:19999,23000:23999,29444,29450:29455,44217,44227 -j DROP" in rules
+    assert rules.rstrip().endswith("-A A3RL-RAY -j DROP")
 
 
-def test_ray_ports_answer_only_the_cluster(ray_up):
-    """A container on the nodes' network that is not in the inventory reaches SSH (so the
-    path is open) but neither the GCS nor the dashboard nor a raylet; a worker does."""
+# Connects to every port given at once (3 s each) and prints {port: "open" | error name}.
+PROBE = """
+import json, socket, sys
+from concurrent.futures import ThreadPoolExecutor
+host = sys.argv[1]
+def one(port):
+    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    s.settimeout(3)
+    try:
+        s.connect((host, port))
+        return port, "open"
+    except OSError as e:
+        return port, type(e).__name__
+    finally:
+        s.close()
+with ThreadPoolExecutor(64) as ex:
+    print(json.dumps(dict(ex.map(one, map(int, sys.argv[2:])))))
+"""
+
+# The policy under test (roles/ray_cluster defaults, a3rl.ray): Ray's ports, the ports the
+# other nodes reach besides Ray's, and what each other node may open.
+RAY_PORTS = {8260, 10001, 29444, *range(29450, 29456), 44217, 44227,
+             *range(10002, 20000), *range(23000, 24000)}
+PEER_PORTS = {29470, *range(64021, 64053)}
+EPHEMERAL = range(32768, 61000)
+
+
+def peer_may_open(port: int, to_head: bool) -> bool:
+    """Whether the other node may open ``port`` here (ray.firewall_rules)."""
+    ray = {29450, 29451, *range(10002, 20000)} | ({29444} if to_head else {29453, 29454})
+    return (port == 22 or port in ray or port in PEER_PORTS
+            or (port in EPHEMERAL and port not in RAY_PORTS))
+
+
+def listening(node: cluster.Node) -> dict[int, str]:
+    """TCP ports the node listens on (ss -ltnup, the containers' host network included),
+    each with an address it listens on."""
+    out = podman.exec_(node.container, "ss", "-ltnupH").stdout
+    found: dict[int, str] = {}
+    for line in out.splitlines():
+        f = line.split()
+        if f[0] != "tcp":
+            continue
+        addr, _, port = f[4].rpartition(":")
+        found.setdefault(int(port), addr.strip("[]"))
+    return found
+
+
+def probe(where: list[str], host: str, ports) -> dict[int, str]:
+    out = subprocess_out(where + ["python3", "-c", PROBE, host, *map(str, sorted(ports))])
+    return {int(k): v for k, v in json.loads(out).items()}
+
+
+def subprocess_out(args: list[str]) -> str:
+    return podman.run(args).stdout
+
+
+def test_ray_ports_answer_only_whom_they_must(ray_up):
+    """During a job and a Ray-client session, every port the nodes listen on (read live)
+    is probed from a host outside the inventory (IPv4 and IPv6 link-local), from the
+    other node, and as an unprivileged user on a node: each answers exactly whom the
+    firewall lets in (SSH everyone; Ray's ports each other node only as it needs them;
+    Ray's ports on the node itself root only)."""
     head, worker = ray_up.members()[0], ray_up.members()[1]
-    probe = (
-        "import socket,sys\n"
-        "for p in map(int, sys.argv[2:]):\n"
-        "    s = socket.socket(); s.settimeout(3)\n"
-        "    try: s.connect((sys.argv[1], p)); print(p, 'open')\n"
-        "    except OSError as e: print(p, 'closed', type(e).__name__)\n"
-    )
+    job = "python -c 'import ray, time; ray.init(); time.sleep(150)'"
+    in_container(head, f"ray job submit --no-wait --address http://127.0.0.1:8260 -- {job}")
+    podman.exec_(head.container, "docker", "exec", "-d", CONTAINER, "python", "-c",
+                 "import ray, time; ray.init('ray://127.0.0.1:10001'); time.sleep(150)")
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        ports = listening(head)
+        if any(23000 <= p < 24000 for p in ports) and any(10002 <= p < 20000 for p in ports):
+            break
+        time.sleep(3)
+    else:
+        pytest.fail(f"no Ray-client session and job workers listening: {sorted(listening(head))}")
+    nodes = {head: listening(head), worker: listening(worker)}
+    print({n.hostname: sorted(p) for n, p in nodes.items()})
+    # Ray's doors this is about are among them.
+    assert {29454, 44217, 44227, 10001} <= set(nodes[head])
+    assert 29454 in nodes[worker]
     image = ensure_image(ImageSpec(), log=lambda _m: None)
-    out = podman.run(["run", "--rm", "--network", ray_up.network, image, "python3", "-c", probe,
-                      head.ip, "22", "29444", "8260", "29450", "10001"]).stdout
-    lines = dict(line.split(" ", 1) for line in out.strip().splitlines())
-    assert lines["22"] == "open"
-    for port in ("29444", "8260", "29450", "10001"):
-        assert lines[port].startswith("closed"), out
-    inside = podman.exec_(worker.container, "python3", "-c", probe, head.ip, "29444").stdout
-    assert "29444 open" in inside
-    # The dashboard listens on the head's loopback only, firewall or not.
-    listening = podman.exec_(head.container, "ss", "-ltn", check=False).stdout
-    assert "127.0.0.1:8260" in listening and "0.0.0.0:8260" not in listening
+    outside = ["run", "--rm", "--network", ray_up.network, image]
+    for node, ports in nodes.items():
+        wide = {p for p, a in ports.items() if not a.startswith("127.")}
+        # From outside the inventory: SSH only, over IPv4 and IPv6 link-local.
+        got = probe(outside, node.ip, wide)
+        assert {p for p, r in got.items() if r == "open"} == {22}, (node.hostname, got)
+        ll = podman.exec_(node.container, "sh", "-c", "ip -6 -o addr show dev eth0 scope link"
+                          " | awk '{print $4}' | cut -d/ -f1").stdout.strip()
+        got = probe(outside, f"{ll}%eth0", {p for p, a in ports.items()
+                                            if a in ("*", "::", "0.0.0.0")})
+        assert {p for p, r in got.items() if r == "open"} <= {22}, (node.hostname, got)
+        # From the other node (root, as Ray there): what this node's part needs.
+        other = worker if node is head else head
+        got = probe(["exec", other.container], node.ip, wide)
+        want = {p for p in wide if peer_may_open(p, to_head=node is head)}
+        assert {p for p, r in got.items() if r == "open"} == want, (node.hostname, got)
+        # An unprivileged user on the node: none of Ray's (or HCCL's) ports, whatever the
+        # address; other ports (SSH, the user's own) as before.
+        local = {p: ("127.0.0.1" if a in ("*", "0.0.0.0") or a.startswith("127.") else a)
+                 for p, a in ports.items() if a not in ("::", "::1")}
+        nobody = ["exec", node.container, "su", "-s", "/bin/sh", "nobody", "-c"]
+        for host in set(local.values()):
+            mine = {p for p, h in local.items() if h == host}
+            out = subprocess_out(nobody + [f"python3 -c '{PROBE}' {host} "
+                                           + " ".join(map(str, sorted(mine)))])
+            got = {int(k): v for k, v in json.loads(out).items()}
+            guarded = RAY_PORTS | PEER_PORTS
+            assert {p for p, r in got.items() if r == "open"} == mine - guarded, (host, got)
+        # ... nor any of the other node's but SSH.
+        out = subprocess_out(["exec", other.container, "su", "-s", "/bin/sh", "nobody", "-c",
+                              f"python3 -c '{PROBE}' {node.ip} "
+                              + " ".join(map(str, sorted(wide)))])
+        got = {int(k): v for k, v in json.loads(out).items()}
+        assert {p for p, r in got.items() if r == "open"} == {22}, (node.hostname, got)
+    # Root on the head still reaches the API (the role's own checks passed too).
+    assert npu_total(head) == 32
+    in_container(head, "ray job list --address http://127.0.0.1:8260 >/dev/null")
 
 
 def test_head_container_restart_heals_without_ansible(ray_up):

@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from a3rl import artifacts
 from a3rl.sim import hub
 
 MOE, DENSE = "Qwen/Qwen3-235B-A22B", "Qwen/Qwen3-32B"
@@ -245,6 +246,55 @@ def test_dataset_repos_download_with_the_endpoint_from_the_environment(
     assert [r["path"] for r in listings] == [f"/api/v1/datasets/{DATASET}/repo/tree"] * 2
     assert listings[0]["query"]["PageNumber"] == "1" and "Root" not in listings[0]["query"]
     assert listings[1]["query"]["Root"] == "data"
+
+
+def test_a_revision_is_the_branch_or_the_commit_and_nothing_else(
+        tmp_path: Path, root: Path, served: hub.Hub) -> None:
+    commit = hub.commit_of(root, "models", DENSE)
+    pinned = fetch(tmp_path, model_id=DENSE, local_dir=str(tmp_path / "a"),
+                   endpoint=served.endpoint, allow_patterns=TOKENIZER_ETC, revision=commit)
+    assert pinned == {"path": str(tmp_path / "a")}
+    other = fetch(tmp_path, model_id=DENSE, local_dir=str(tmp_path / "b"),
+                  endpoint=served.endpoint, allow_patterns=TOKENIZER_ETC, revision="0" * 40)
+    assert "404" in other["message"], other
+    asked = [r["query"].get("Revision") for r in hub.read_requests(root)
+             if r["path"].endswith("/repo/files")]
+    assert asked == [commit, "0" * 40]
+
+
+def test_a_hub_entry_is_fetched_at_its_pinned_commit_and_only_that(
+        tmp_path: Path, root: Path, served: hub.Hub, monkeypatch) -> None:
+    """No revision, or a branch, is refused before the hub is asked; the pinned commit is
+    what the client asks for and the store records; a store holding another revision is
+    not fetched over."""
+    monkeypatch.setenv("MODELSCOPE_CACHE", str(tmp_path / "cache"))
+    store = str(tmp_path / "store")
+    spec = {"kind": "modelscope", "id": DENSE, "dest": "models/d", "endpoint": served.endpoint,
+            "allow_patterns": TOKENIZER_ETC}
+    with pytest.raises(artifacts.ArtifactError, match=r"artifact d \(modelscope Qwen/Qwen3-32B\): "
+                       r"`revision` is not set.*modelscope.cn/models/Qwen/Qwen3-32B.*"
+                       r"a3rl_artifact_overrides: \{d: \{revision: <commit>\}\}"):
+        artifacts.ensure(store, "d", spec)
+    with pytest.raises(artifacts.ArtifactError, match="`revision` is 'master', not a commit id"):
+        artifacts.ensure(store, "d", {**spec, "revision": "master"})
+    assert hub.read_requests(root) == []
+    commit = hub.commit_of(root, "models", DENSE)
+    got = artifacts.ensure(store, "d", {**spec, "revision": commit})
+    assert got["action"] == "fetched" and got["entry"]["revision"] == commit
+    assert {r["query"].get("Revision") for r in hub.read_requests(root)
+            if r["path"].startswith("/api/v1/models/")} == {commit}
+    asked = len(hub.read_requests(root))
+    with pytest.raises(artifacts.ArtifactError, match=f"holds {DENSE} at revision {commit}, the "
+                       f"manifest asks for {'1' * 40}; nothing was fetched. Fix: remove "):
+        artifacts.ensure(store, "d", {**spec, "revision": "1" * 40})
+    # A snapshot fetched before revisions were pinned is refused the same way.
+    manifest = artifacts.read_manifest(store)
+    del manifest["artifacts"]["d"]["revision"]
+    manifest["artifacts"]["d"]["spec_digest"] = "unpinned"
+    artifacts.write_manifest(store, manifest)
+    with pytest.raises(artifacts.ArtifactError, match="at revision unknown"):
+        artifacts.ensure(store, "d", {**spec, "revision": commit})
+    assert len(hub.read_requests(root)) == asked
 
 
 def test_an_unknown_repository_is_a_clear_not_found(

@@ -36,8 +36,8 @@ def test_a_dest_containing_another_entrys_dest_is_refused_naming_both():
     m = {
         "models": {"kind": "file", "dest": "models/", "path": "/x", "group": "w"},
         "big": {"kind": "modelscope", "id": "Qwen/Qwen3-32B", "dest": "models/Qwen3-32B",
-                "group": "w"},
-        "cfg": {"kind": "modelscope", "id": "Qwen/Qwen3-32B",
+                "group": "w", "revision": "a" * 40},
+        "cfg": {"kind": "modelscope", "id": "Qwen/Qwen3-32B", "revision": "a" * 40,
                 "dest": "models/Qwen3-32B-config", "group": "w"},
     }
     problems = manifest.artifact_problems(m, ["models", "big", "cfg"])

@@ -28,7 +28,9 @@ def test_token_required_on_an_old_ray_is_refused():
 
 def test_multiport_spec_merges_neighbours():
     spec = ray.multiport_spec(ray.ports(PORTS))
-    assert spec == "8260,10001:19999,29444,29450:29455"
+    # The dashboard's and the autoscaler's metrics ports and Ray client's specific-server
+    # ports are Ray's too.
+    assert spec == "8260,10001:19999,23000:23999,29444,29450:29455,44217,44227"
 
 
 def test_ports_refuse_duplicates_and_ports_in_the_worker_range():
@@ -36,19 +38,101 @@ def test_ports_refuse_duplicates_and_ports_in_the_worker_range():
         ray.ports({**PORTS, "dashboard": 29444})
     with pytest.raises(RayConfigError, match="inside the worker port range"):
         ray.ports({**PORTS, "dashboard": 12000})
+    with pytest.raises(RayConfigError, match="specific-server ports 23000-23999"):
+        ray.ports({**PORTS, "max_worker": 23500})
 
 
-def test_firewall_rules_as_iptables_prints_them():
-    rules = ray.firewall_rules("A3RL-RAY", ["10.0.0.11", "10.0.0.12", "10.0.0.11"],
-                               ray.ports(PORTS), allowed=["192.168.7.0/24"])
-    assert rules == [
+HEAD, W1, W2 = "10.0.0.11", "10.0.0.12", "10.0.0.13"
+NODES = [HEAD, W1, W2]
+
+
+def _rules(me, **kw):
+    kw = {"peer_ports": ["64021:64052", "29470"], "ephemeral": ["32768:60999"], **kw}
+    return ray.firewall_rules("A3RL-RAY", me, HEAD, NODES, PORTS, **kw)
+
+
+def test_head_accepts_gcs_from_workers_and_nothing_of_ray_from_others():
+    rules = _rules(HEAD, allowed=["192.168.7.0/24"])
+    assert rules["input"] == [
         "-A A3RL-RAY -i lo -j RETURN",
         "-A A3RL-RAY -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN",
-        "-A A3RL-RAY -s 10.0.0.11/32 -j RETURN",
-        "-A A3RL-RAY -s 10.0.0.12/32 -j RETURN",
-        "-A A3RL-RAY -s 192.168.7.0/24 -j RETURN",
-        "-A A3RL-RAY -p tcp -m multiport --dports 8260,10001:19999,29444,29450:29455 -j DROP",
+        "-A A3RL-RAY -p icmp -j RETURN",
+        "-A A3RL-RAY -p tcp -m multiport --dports 22 -j RETURN",
+        "-A A3RL-RAY -s 10.0.0.12/32"
+        " -p tcp -m multiport --dports 10002:19999,29444,29450:29451 -j RETURN",
+        "-A A3RL-RAY -s 10.0.0.13/32"
+        " -p tcp -m multiport --dports 10002:19999,29444,29450:29451 -j RETURN",
+        "-A A3RL-RAY -s 192.168.7.0/24 -p tcp -m multiport --dports 8260,10001 -j RETURN",
+        "-A A3RL-RAY -p tcp -m multiport --dports 8260,10001:19999,23000:23999,29444,"
+        "29450:29455,44217,44227 -j DROP",
+        "-A A3RL-RAY -s 10.0.0.12/32"
+        " -p tcp -m multiport --dports 29470,32768:60999,64021:64052 -j RETURN",
+        "-A A3RL-RAY -s 10.0.0.13/32"
+        " -p tcp -m multiport --dports 29470,32768:60999,64021:64052 -j RETURN",
+        "-A A3RL-RAY -j DROP",
     ]
+    assert rules["output"] == [
+        "-A A3RL-RAY-OUT -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN",
+        "-A A3RL-RAY-OUT -m owner --uid-owner 0 -j RETURN",
+        "-A A3RL-RAY-OUT -o lo -p tcp -m multiport --dports 8260,10001:19999,23000:23999,"
+        "29444,29450:29455,29470,44217,44227,64021:64052 -j REJECT --reject-with "
+        "icmp-port-unreachable",
+        "-A A3RL-RAY-OUT -d 10.0.0.12/32 -p tcp -m multiport --dports 8260,10001:19999,"
+        "23000:23999,29444,29450:29455,29470,32768:60999,64021:64052 -j REJECT --reject-with "
+        "icmp-port-unreachable",
+        "-A A3RL-RAY-OUT -d 10.0.0.13/32 -p tcp -m multiport --dports 8260,10001:19999,"
+        "23000:23999,29444,29450:29455,29470,32768:60999,64021:64052 -j REJECT --reject-with "
+        "icmp-port-unreachable",
+    ]
+
+
+def test_over_ipv6_only_ssh_comes_in_and_only_root_reaches_ray():
+    """Ray listens on [::] too and every node has a link-local address; the cluster talks
+    IPv4, so IPv6 gets no peers at all."""
+    rules = _rules(W1)
+    assert rules["input6"] == [
+        "-A A3RL-RAY -i lo -j RETURN",
+        "-A A3RL-RAY -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN",
+        "-A A3RL-RAY -p ipv6-icmp -j RETURN",
+        "-A A3RL-RAY -p tcp -m multiport --dports 22 -j RETURN",
+        "-A A3RL-RAY -j DROP",
+    ]
+    assert rules["output6"][1:] == [
+        "-A A3RL-RAY-OUT -m owner --uid-owner 0 -j RETURN",
+        "-A A3RL-RAY-OUT -o lo -p tcp -m multiport --dports 8260,10001:19999,23000:23999,"
+        "29444,29450:29455,29470,44217,44227,64021:64052 -j REJECT --reject-with "
+        "icmp6-port-unreachable",
+    ]
+
+
+def test_a_worker_accepts_the_agent_from_the_head_only():
+    rules = _rules(W1, allowed=["192.168.7.0/24"], open_ports=["2222"])
+    peers = [r for r in rules["input"] if " -s " in r and "--dports 10002" in r]
+    assert peers == [
+        "-A A3RL-RAY -s 10.0.0.11/32"
+        " -p tcp -m multiport --dports 10002:19999,29450:29451,29453:29454 -j RETURN",
+        "-A A3RL-RAY -s 10.0.0.13/32"
+        " -p tcp -m multiport --dports 10002:19999,29450:29451 -j RETURN",
+    ]
+    # No GCS on a worker, the allowed sources only reach the head, SSH at Ansible's port.
+    assert not any("29444 " in r or "192.168.7.0" in r for r in rules["input"] if "RETURN" in r)
+    assert "-A A3RL-RAY -p tcp -m multiport --dports 2222 -j RETURN" in rules["input"]
+    assert rules["input"][-1] == "-A A3RL-RAY -j DROP"
+
+
+@pytest.mark.parametrize("chain", ["A3RL-RAY\n-A INPUT -j ACCEPT", "A3RL RAY", "",
+                                   "A3RL-RAY-WITH-A-VERY-LONG-NAME", "-j", "INPUT", "accept",
+                                   "A3RL-RAY\n"])
+def test_a_chain_name_that_is_not_one_is_refused(chain):
+    """A newline in the name would add its own lines to the iptables-restore input."""
+    with pytest.raises(RayConfigError, match="ray_cluster_firewall_chain"):
+        ray.firewall_rules(chain, HEAD, HEAD, NODES, PORTS)
+    with pytest.raises(RayConfigError, match="ray_cluster_firewall_chain"):
+        ray.out_chain(chain)
+
+
+def test_a_good_chain_name_is_kept():
+    assert ray.out_chain("SITE_RAY-1") == "SITE_RAY-1-OUT"
 
 
 def test_head_and_worker_arguments():
@@ -117,51 +201,69 @@ def test_installed_version(output, version):
     assert ray.installed_version(output) == version
 
 
-CHAIN_RULES = ray.firewall_rules("A3RL-RAY", ["10.0.0.11", "10.0.0.12"], ray.ports(PORTS))
+CHAIN_RULES = _rules(HEAD)
 INPUT_HEAD = "-P INPUT ACCEPT\n"
 
 
-def test_the_jump_first_guards_the_ports():
+def test_the_jump_first_guards_the_node():
     live = INPUT_HEAD + "-A INPUT -j A3RL-RAY\n-A INPUT -j ACCEPT\n"
-    assert ray.jump_problems(live, "A3RL-RAY", CHAIN_RULES) == []
+    assert ray.jump_problems(live, "A3RL-RAY", CHAIN_RULES["input"]) == []
 
 
 def test_a_jump_moved_below_an_accept_is_refused():
     """``iptables -C INPUT -j A3RL-RAY`` passes here; the ACCEPT above it lets everyone in."""
     live = INPUT_HEAD + "-A INPUT -j ACCEPT\n-A INPUT -j A3RL-RAY\n"
-    problems = ray.jump_problems(live, "A3RL-RAY", CHAIN_RULES)
+    problems = ray.jump_problems(live, "A3RL-RAY", CHAIN_RULES["input"])
     assert len(problems) == 1 and "INPUT rule 1 (-A INPUT -j ACCEPT)" in problems[0]
     assert "before the jump to A3RL-RAY" in problems[0]
-    # An ACCEPT of Ray's GCS port, of all TCP, of NEW, a jump to another chain: each counts.
+    # Each of these lets past something the chain stops: Ray's GCS, any TCP or UDP, new
+    # connections, a peer's every port, web ports, another chain.
     for rule in ("-A INPUT -p tcp -m tcp --dport 29444 -j ACCEPT",
                  "-A INPUT -p tcp -j ACCEPT",
+                 "-A INPUT -p udp -j ACCEPT",
                  "-A INPUT -m conntrack --ctstate NEW -j ACCEPT",
                  "-A INPUT -s 10.0.0.0/8 -j ACCEPT",
+                 "-A INPUT -s 10.0.0.12/32 -j ACCEPT",
                  "-A INPUT ! -i lo -j ACCEPT",
+                 "-A INPUT -p tcp -m multiport --dports 80,443 -j ACCEPT",
                  "-A INPUT -p tcp -m multiport --dports 9000:10001 -j ACCEPT",
                  "-A INPUT -j DOCKER-USER",
                  "-A INPUT -j RETURN"):
         live = f"{INPUT_HEAD}{rule}\n-A INPUT -j A3RL-RAY\n"
-        assert len(ray.jump_problems(live, "A3RL-RAY", CHAIN_RULES)) == 1, rule
+        assert len(ray.jump_problems(live, "A3RL-RAY", CHAIN_RULES["input"])) == 1, rule
 
 
-def test_rules_above_the_jump_that_cannot_pass_ray_traffic_are_fine():
+def test_rules_above_the_jump_that_the_chain_would_pass_anyway_are_fine():
     above = ["-A INPUT -i lo -j ACCEPT",
              "-A INPUT -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+             "-A INPUT -m state --state ESTABLISHED -j ACCEPT",
              "-A INPUT -p tcp -m tcp --dport 22 -j ACCEPT",
-             "-A INPUT -p udp -j ACCEPT",
+             "-A INPUT -s 10.1.0.0/16 -p tcp -m tcp --dport 22 -j ACCEPT",
              "-A INPUT -p icmp -j ACCEPT",
-             "-A INPUT -s 10.0.0.12/32 -j ACCEPT",
-             "-A INPUT -p tcp -m multiport --dports 80,443 -j ACCEPT",
              "-A INPUT -s 203.0.113.9/32 -j DROP",
              "-A INPUT -j LOG",
              "-A INPUT -p tcp"]
     live = INPUT_HEAD + "".join(r + "\n" for r in above) + "-A INPUT -j A3RL-RAY\n"
-    assert ray.jump_problems(live, "A3RL-RAY", CHAIN_RULES) == []
+    assert ray.jump_problems(live, "A3RL-RAY", CHAIN_RULES["input"]) == []
+
+
+def test_the_output_jump_is_checked_the_same_way():
+    out = CHAIN_RULES["output"]
+    first = "-P OUTPUT ACCEPT\n-A OUTPUT -j A3RL-RAY-OUT\n"
+    assert ray.jump_problems(first, "A3RL-RAY-OUT", out, "OUTPUT") == []
+    root = ("-P OUTPUT ACCEPT\n-A OUTPUT -m owner --uid-owner 0 -j ACCEPT\n"
+            "-A OUTPUT -j A3RL-RAY-OUT\n")
+    assert ray.jump_problems(root, "A3RL-RAY-OUT", out, "OUTPUT") == []
+    anyone = "-P OUTPUT ACCEPT\n-A OUTPUT -o lo -j ACCEPT\n-A OUTPUT -j A3RL-RAY-OUT\n"
+    [problem] = ray.jump_problems(anyone, "A3RL-RAY-OUT", out, "OUTPUT")
+    assert problem.startswith("OUTPUT rule 1 (-A OUTPUT -o lo -j ACCEPT)")
+    assert ray.jump_problems("-P OUTPUT ACCEPT\n", "A3RL-RAY-OUT", out, "OUTPUT") == [
+        "OUTPUT has no jump to A3RL-RAY-OUT. Fix: ray-firewall apply."]
 
 
 def test_no_jump_at_all():
-    assert ray.jump_problems(INPUT_HEAD + "-A INPUT -j ACCEPT\n", "A3RL-RAY", CHAIN_RULES) == [
+    assert ray.jump_problems(INPUT_HEAD + "-A INPUT -j ACCEPT\n", "A3RL-RAY",
+                             CHAIN_RULES["input"]) == [
         "INPUT has no jump to A3RL-RAY. Fix: ray-firewall apply."]
 
 
@@ -169,9 +271,9 @@ def test_no_jump_at_all():
 def test_an_ipv6_source_is_refused(where):
     """iptables (IPv4) cannot hold an IPv6 source; ip6tables is not managed, so an IPv6
     node or allowed source would be left open: refused by name."""
-    nodes, allowed = (["fd00::11"], []) if where == "node" else (["10.0.0.11"], ["fd00::/64"])
+    nodes, allowed = ([HEAD, "fd00::11"], []) if where == "node" else (NODES, ["fd00::/64"])
     with pytest.raises(ray.RayConfigError, match="only IPv4 sources are supported"):
-        ray.firewall_rules("A3RL-RAY", nodes, ray.ports(PORTS), allowed=allowed)
+        ray.firewall_rules("A3RL-RAY", HEAD, HEAD, nodes, PORTS, allowed=allowed)
 
 
 def test_multiport_takes_fifteen_slots_and_no_more():

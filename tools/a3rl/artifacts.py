@@ -100,6 +100,9 @@ def validate(name: str, spec: dict[str, Any]) -> list[str]:
                 f"artifact {name} ({kind}): `{key}` is not set. Fix: set it in "
                 "a3rl_artifacts or a3rl_artifact_overrides."
             )
+    if kind == "modelscope" and spec.get("id") and not re.fullmatch(
+            r"[0-9a-f]{40}", str(spec.get("revision") or "")):
+        problems.append(revision_problem(name, spec))
     sha = spec.get("sha256")
     if sha and not re.fullmatch(r"[0-9a-f]{64}", str(sha)):
         problems.append(f"artifact {name}: sha256 {sha!r} is not 64 lowercase hex digits.")
@@ -112,6 +115,24 @@ def validate(name: str, spec: dict[str, Any]) -> list[str]:
                 "(and `fetch`, the ref that holds it)."
             )
     return problems
+
+
+def revision_problem(name: str, spec: dict[str, Any]) -> str:
+    """Why a hub entry's ``revision`` does not pin its content, with how to find one.
+
+    A branch (``master``) or a tag can move: whatever the hub serves at the first fetch
+    would go into the store. A commit id (40 hex digits) cannot.
+    """
+    rev = spec.get("revision")
+    kind = "datasets" if spec.get("repo_type") == "dataset" else "models"
+    got = f"is {rev!r}, not a commit id" if rev else "is not set"
+    return (f"artifact {name} (modelscope {spec['id']}): `revision` {got}: hub content must "
+            "be pinned to a commit (40 hex digits), or the hub's newest files go into the "
+            f"store. Fix: take the commit id you have checked from "
+            f"https://modelscope.cn/{kind}/{spec['id']} (its file history), or from "
+            f"`modelscope.hub.api.HubApi().get_{'dataset' if kind == 'datasets' else 'model'}"
+            "_branches_and_tags_details(...)`, and set it: a3rl_artifact_overrides: "
+            f"{{{name}: {{revision: <commit>}}}}.")
 
 
 # The store's own files: an entry whose dest names one would overwrite (or prune) them.
@@ -684,7 +705,7 @@ def fetch_modelscope(
     files = _tree_records(store, spec["dest"], patterns)
     if not files:
         raise ArtifactError(f"artifact {name}: {spec['id']} gave no files (allow_patterns?).")
-    return {"files": files}
+    return {"revision": spec["revision"], "files": files}
 
 
 def _requirements_text(store: str, spec: dict[str, Any], manifest: dict[str, Any]) -> str:
@@ -800,6 +821,23 @@ def check_space(store: str, name: str, spec: dict[str, Any], host: str = "") -> 
 
 
 
+def _refuse_another_revision(store: str, name: str, spec: dict[str, Any],
+                             entry: dict[str, Any]) -> None:
+    """A hub snapshot in the store from another revision (or from before revisions were
+    pinned) is not refetched over: the client would keep the files both revisions share
+    and leave those the new one dropped. The operator removes it; nothing is fetched."""
+    if spec.get("kind") != "modelscope" or entry.get("revision") == spec.get("revision"):
+        return
+    dest = os.path.join(store, str(spec["dest"]))
+    if not os.path.isdir(dest) or not any(os.scandir(dest)):
+        return
+    had = entry.get("revision") or "unknown (fetched before revisions were pinned)"
+    raise ArtifactError(
+        f"artifact {name}: the store holds {spec['id']} at revision {had}, the manifest "
+        f"asks for {spec['revision']}; nothing was fetched. Fix: remove {dest} so the "
+        "pinned revision is fetched into it, or set `revision` back to the one it holds.")
+
+
 def ensure(
     store: str,
     name: str,
@@ -831,6 +869,7 @@ def ensure(
             why = "not in the store"
         elif entry.get("spec_digest") != digest:
             why = "the manifest entry changed"
+            _refuse_another_revision(store, name, spec, entry)
         elif (
             spec["kind"] == "wheelhouse"
             and not isinstance(spec["requirements"], list)

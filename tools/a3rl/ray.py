@@ -47,11 +47,29 @@ def auth_mode(setting: str, version: str) -> str:
     return "none"
 
 
+# Ray's own listeners that no ray start flag moves: the dashboard's Prometheus port
+# (ray/dashboard/consts.py: DASHBOARD_METRIC_PORT, default 44227, which we leave unset)
+# and the Ray client proxy's "specific server" per client session
+# (ray/util/client/server/proxier.py: range(23000, 24000), reached by the proxy over
+# 127.0.0.1). Both as in Ray 2.48.
+DASHBOARD_METRICS_PORT = 44227
+# The autoscaler monitor's Prometheus port on the head (ray_constants.AUTOSCALER_METRIC_PORT,
+# default 44217; seen listening on 0.0.0.0 on the simulator's head).
+AUTOSCALER_METRICS_PORT = 44217
+CLIENT_SPECIFIC_PORTS = (23000, 23999)
+# iptables' chain names are at most 28 characters; the OUTPUT chain adds "-OUT".
+OUT_SUFFIX = "-OUT"
+_BUILTIN = {"INPUT", "OUTPUT", "FORWARD", "PREROUTING", "POSTROUTING", "ACCEPT", "DROP",
+            "REJECT", "RETURN", "QUEUE", "LOG"}
+
+
 def ports(p: Mapping[str, Any]) -> list[int | tuple[int, int]]:
     """Every port a Ray node listens on, from the role's port settings."""
     single = [p["gcs"], p["dashboard"], p["client_server"], p["node_manager"],
               p["object_manager"], p["runtime_env_agent"], p["dashboard_agent_grpc"],
-              p["dashboard_agent_http"], p["metrics_export"]]
+              p["dashboard_agent_http"], p["metrics_export"],
+              p.get("dashboard_metrics", DASHBOARD_METRICS_PORT),
+              p.get("autoscaler_metrics", AUTOSCALER_METRICS_PORT)]
     out: list[int | tuple[int, int]] = [int(x) for x in single]
     dup = {x for x in out if out.count(x) > 1}
     if dup:
@@ -59,11 +77,18 @@ def ports(p: Mapping[str, Any]) -> list[int | tuple[int, int]]:
     lo, hi = int(p["min_worker"]), int(p["max_worker"])
     if lo > hi:
         raise RayConfigError(f"worker port range {lo}-{hi} is empty. Fix: min <= max.")
-    inside = [x for x in out if isinstance(x, int) and lo <= x <= hi]
-    if inside:
-        raise RayConfigError(f"ports {inside} fall inside the worker port range {lo}-{hi}. "
-                             "Fix: move them out of the range.")
+    for a, b, what in ((lo, hi, "the worker port range"),
+                       (*CLIENT_SPECIFIC_PORTS, "Ray client's specific-server ports")):
+        inside = [x for x in out if isinstance(x, int) and a <= x <= b]
+        if inside:
+            raise RayConfigError(f"ports {inside} fall inside {what} {a}-{b}. "
+                                 "Fix: move them out of the range.")
+    if not (hi < CLIENT_SPECIFIC_PORTS[0] or lo > CLIENT_SPECIFIC_PORTS[1]):
+        raise RayConfigError(f"the worker port range {lo}-{hi} overlaps Ray client's "
+                             f"specific-server ports {CLIENT_SPECIFIC_PORTS[0]}-"
+                             f"{CLIENT_SPECIFIC_PORTS[1]}. Fix: move the worker range.")
     out.append((lo, hi))
+    out.append(CLIENT_SPECIFIC_PORTS)
     return out
 
 
@@ -83,31 +108,156 @@ def multiport_spec(port_list: Sequence[int | tuple[int, int]]) -> str:
     return ",".join(str(a) if a == b else f"{a}:{b}" for a, b in spans)
 
 
-def firewall_rules(chain: str, node_ips: Iterable[str], port_list: Sequence[Any],
-                   allowed: Iterable[str] = ()) -> list[str]:
-    """The chain's rules exactly as ``iptables -S CHAIN`` prints them.
+def chain_name_problem(chain: str) -> str | None:
+    """Why ``chain`` cannot name the firewall's chains (None when it can).
 
-    Loopback, replies, the cluster's own nodes and any extra allowed sources pass; new
-    TCP connections to a Ray port from anywhere else are dropped. Other ports (SSH) are
-    not touched.
+    The name goes into the ``iptables-restore`` input line by line: a newline or a space
+    in it would add rules of its own. Letters, digits, ``_`` and ``-``, starting with a
+    letter, at most 24 characters (iptables allows 28; the OUTPUT chain adds ``-OUT``).
     """
-    rules = [f"-A {chain} -i lo -j RETURN",
-             f"-A {chain} -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN"]
-    seen: set[str] = set()
-    for src in [*node_ips, *allowed]:
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]{0,23}", str(chain)):
+        return (f"ray_cluster_firewall_chain is {str(chain)!r}: an iptables chain name here is "
+                "1-24 letters, digits, '_' or '-', starting with a letter. Fix: set it to "
+                "such a name (default A3RL-RAY).")
+    if str(chain).upper() in _BUILTIN:
+        return (f"ray_cluster_firewall_chain is {chain!r}, a built-in chain or target of "
+                "iptables. Fix: choose a name of its own (default A3RL-RAY).")
+    return None
+
+
+def out_chain(chain: str) -> str:
+    """The OUTPUT chain's name for ``chain``, which is checked first."""
+    problem = chain_name_problem(chain)
+    if problem:
+        raise RayConfigError(problem)
+    return str(chain) + OUT_SUFFIX
+
+
+def _port_spans(spec: Any) -> list[int | tuple[int, int]]:
+    """``22``, ``"9100"``, ``"64021:64052"`` or ``"64021-64052"`` as ports for multiport."""
+    text = str(spec).strip().replace("-", ":")
+    a, _, b = text.partition(":")
+    lo, hi = int(a), int(b or a)
+    if not (0 < lo <= hi <= 65535):
+        raise RayConfigError(f"port {spec!r} is not a port or a range a:b of ports 1-65535")
+    return [lo if lo == hi else (lo, hi)]
+
+
+def ray_peer_ports(p: Mapping[str, Any], *, to_head: bool, from_head: bool) -> list[Any]:
+    """The Ray ports a node accepts from one other node of the cluster.
+
+    Every node: its raylet (``node_manager``), object manager and worker processes, which
+    the other nodes' raylets, object managers and workers call. The head also: the GCS,
+    which every other node's processes call. A node other than the head, from the head:
+    its dashboard agent (gRPC and the HTTP port job submission goes through), which only
+    the head's dashboard calls. Nothing else: the dashboard, the job API, the client
+    server, the runtime-env agent and the metrics ports are for the node itself.
+    """
+    out: list[Any] = [int(p["node_manager"]), int(p["object_manager"]),
+                      (int(p["min_worker"]), int(p["max_worker"]))]
+    if to_head:
+        out.append(int(p["gcs"]))
+    if from_head and not to_head:
+        out += [int(p["dashboard_agent_grpc"]), int(p["dashboard_agent_http"])]
+    return out
+
+
+def firewall_rules(chain: str, node_ip: str, head_ip: str, node_ips: Iterable[str],
+                   p: Mapping[str, Any], *, open_ports: Iterable[Any] = (22,),
+                   peer_ports: Iterable[Any] = (), ephemeral: Iterable[Any] = (),
+                   allowed: Iterable[str] = (), owner_uid: int = 0) -> dict[str, list[str]]:
+    """The two chains' rules exactly as ``iptables -S`` prints them, for one node.
+
+    ``input`` (chain ``chain``, jumped to first from INPUT) is default-deny for new
+    inbound connections: loopback (guarded by ``output``), replies, ICMP and
+    ``open_ports`` (SSH) pass; each other node of the cluster reaches the Ray ports it
+    needs here (``ray_peer_ports``); ``allowed`` sources reach the head's dashboard and
+    client server; then Ray's other ports are dropped for everyone, the other nodes
+    reach ``peer_ports`` (HCCL's host ports from HCCL_IF_BASE_PORT, the artifact chain's
+    relay port) and ``ephemeral`` (the
+    kernel's ephemeral range, which torch.distributed's store, gloo and HCCL with
+    HCCL_HOST_SOCKET_PORT_RANGE=auto listen on), and anything else new is dropped.
+
+    ``output`` (chain ``chain-OUT``, jumped to first from OUTPUT): only ``owner_uid``,
+    the user Ray runs as, opens connections to Ray's ports and ``peer_ports`` on this node
+    (through loopback, whatever address), or to the ports the other nodes accept from
+    this one. The ephemeral range on loopback stays open to local users: their own
+    programs listen there.
+    """
+    problem = chain_name_problem(chain)
+    if problem:
+        raise RayConfigError(problem)
+    every = ports(p)
+    peers: list[str] = []
+    for src in [node_ip, head_ip, *node_ips]:
         net = ipaddress.ip_network(str(src), strict=False)
         if net.version != 4:
             raise RayConfigError(f"{src}: only IPv4 sources are supported")
-        text = str(net)
-        if text not in seen:
-            seen.add(text)
-            rules.append(f"-A {chain} -s {text} -j RETURN")
-    rules.append(f"-A {chain} -p tcp -m multiport --dports {multiport_spec(port_list)} -j DROP")
-    return rules
+    for ip in node_ips:
+        if str(ip) != str(node_ip) and str(ip) not in peers:
+            peers.append(str(ip))
+    guarded: list[Any] = [s for spec in peer_ports for s in _port_spans(spec)]
+    extra: list[Any] = guarded + [s for spec in ephemeral for s in _port_spans(spec)]
+    opened: list[Any] = [s for spec in open_ports for s in _port_spans(spec)]
+    is_head = str(node_ip) == str(head_ip)
+    inp = [f"-A {chain} -i lo -j RETURN",
+           f"-A {chain} -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN",
+           f"-A {chain} -p icmp -j RETURN"]
+    if opened:
+        inp.append(f"-A {chain} -p tcp -m multiport --dports {multiport_spec(opened)} -j RETURN")
+    for peer in peers:
+        want = ray_peer_ports(p, to_head=is_head, from_head=peer == str(head_ip))
+        inp.append(f"-A {chain} -s {peer}/32 -p tcp -m multiport --dports "
+                   f"{multiport_spec(want)} -j RETURN")
+    if is_head:
+        seen: set[str] = set()
+        entry = multiport_spec([int(p["dashboard"]), int(p["client_server"])])
+        for src in allowed:
+            net = ipaddress.ip_network(str(src), strict=False)
+            if net.version != 4:
+                raise RayConfigError(f"{src}: only IPv4 sources are supported")
+            if str(net) not in seen:
+                seen.add(str(net))
+                inp.append(f"-A {chain} -s {net} -p tcp -m multiport --dports {entry} -j RETURN")
+    else:
+        for src in allowed:
+            if ipaddress.ip_network(str(src), strict=False).version != 4:
+                raise RayConfigError(f"{src}: only IPv4 sources are supported")
+    inp.append(f"-A {chain} -p tcp -m multiport --dports {multiport_spec(every)} -j DROP")
+    if extra:
+        for peer in peers:
+            inp.append(f"-A {chain} -s {peer}/32 -p tcp -m multiport --dports "
+                       f"{multiport_spec(extra)} -j RETURN")
+    inp.append(f"-A {chain} -j DROP")
+
+    out_chain = chain + OUT_SUFFIX
+    reject = "-j REJECT --reject-with icmp-port-unreachable"
+    # IPv6 (ip6tables): Ray listens on [::] too and every node has a link-local address.
+    # The cluster talks IPv4, so no other node gets anything: loopback, replies, ICMPv6
+    # and the open ports (SSH) only.
+    inp6 = [r.replace("-p icmp ", "-p ipv6-icmp ") for r in inp[:4 if opened else 3]]
+    inp6.append(f"-A {chain} -j DROP")
+    out6 = [*out_head(out_chain, owner_uid),
+            f"-A {out_chain} -o lo -p tcp -m multiport --dports "
+            f"{multiport_spec(every + guarded)} -j REJECT --reject-with icmp6-port-unreachable"]
+    out = [*out_head(out_chain, owner_uid),
+           f"-A {out_chain} -o lo -p tcp -m multiport --dports "
+           f"{multiport_spec(every + guarded)} {reject}"]
+    for peer in peers:
+        out.append(f"-A {out_chain} -d {peer}/32 -p tcp -m multiport --dports "
+                   f"{multiport_spec(every + extra)} {reject}")
+    return {"input": inp, "output": out, "input6": inp6, "output6": out6}
+
+
+def out_head(out_chain: str, owner_uid: int) -> list[str]:
+    """The OUTPUT chain's first rules: replies, and everything of the Ray user, pass."""
+    return [f"-A {out_chain} -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN",
+            f"-A {out_chain} -m owner --uid-owner {int(owner_uid)} -j RETURN"]
 
 
 # Targets that cannot let a packet past the chain: they stop it or only look at it.
 _NOT_ACCEPTING = {"DROP", "REJECT", "LOG", "NFLOG"}
+_PORT_OPTS = ("--dport", "--dports", "--destination-port", "--destination-ports")
 
 
 def _spans(spec: str) -> list[tuple[int, int]]:
@@ -118,68 +268,80 @@ def _spans(spec: str) -> list[tuple[int, int]]:
     return out
 
 
-def jump_problems(input_rules: str, chain: str, chain_rules: Sequence[str]) -> list[str]:
-    """Why the jump from INPUT to ``chain`` does not guard Ray's ports ([] when it does).
+def _matches(tokens: list[str]) -> dict[str, str]:
+    """A rule's plain (not negated) matches: ``-i``, ``-o``, ``-p``, ``-s``, ``-d``, the
+    conntrack state, the destination ports and the owner, by one key each."""
+    found: dict[str, str] = {}
+    for i, tok in enumerate(tokens):
+        if (i and tokens[i - 1] == "!") or i + 1 >= len(tokens) or tokens[i + 1] == "!":
+            continue
+        key = {"--state": "--ctstate", "--uid-owner": "--uid-owner",
+               **{o: "--dports" for o in _PORT_OPTS}}.get(tok, tok)
+        if key in ("-i", "-o", "-p", "-s", "-d", "--ctstate", "--dports", "--uid-owner"):
+            found[key] = tokens[i + 1]
+    return found
 
-    ``input_rules`` is ``iptables -S INPUT``; ``chain_rules`` are the chain's own rules
-    (``firewall_rules``). ``iptables -C`` only says the jump exists. It guards the ports
-    when no rule above it can let past what the chain drops: a new TCP connection to one
-    of its ports from a source it does not return. A rule above the jump is harmless
+
+def _covers(ret: dict[str, str], rule: dict[str, str]) -> bool:
+    """Every packet ``rule`` matches is matched by the RETURN rule ``ret`` too."""
+    for key, want in ret.items():
+        have = rule.get(key)
+        if have is None:
+            return False
+        if key == "--ctstate":
+            if not set(have.split(",")) <= set(want.split(",")):
+                return False
+        elif key == "--dports":
+            if not all(any(a <= c and d <= b for a, b in _spans(want)) for c, d in _spans(have)):
+                return False
+        elif key in ("-s", "-d"):
+            mine, theirs = (ipaddress.ip_network(x.split(",")[0], strict=False)
+                            for x in (have, want))
+            if "," in have or mine.version != theirs.version or not mine.subnet_of(theirs):
+                return False
+        elif have != want:
+            return False
+    return True
+
+
+def jump_problems(live_rules: str, chain: str, chain_rules: Sequence[str],
+                  builtin: str = "INPUT") -> list[str]:
+    """Why the jump from ``builtin`` (INPUT or OUTPUT) to ``chain`` does not guard the
+    node ([] when it does).
+
+    ``live_rules`` is ``iptables -S BUILTIN``; ``chain_rules`` the chain's own rules
+    (``firewall_rules``). ``iptables -C`` only says the jump exists. It guards the node
+    when no rule above it lets past what the chain would stop: a rule above is harmless
     when its target stops or only logs packets (DROP, REJECT, LOG, NFLOG, none), or when
-    one of its matches (not negated) excludes such a connection: ``-i lo``, a conntrack
-    or state match without NEW, a protocol other than tcp, destination ports outside the
-    chain's, or a source inside one the chain returns. Any other rule (ACCEPT, RETURN to
-    an ACCEPT policy, a jump to another chain, a match this cannot read) counts against.
+    everything it matches is returned by one of the chain's own unconditional RETURN
+    rules anyway (loopback, replies, ICMP, SSH, the Ray user): matched by
+    its plain matches, negated ones aside (they only narrow a rule). Any other rule
+    (an ACCEPT of a peer or of UDP, a jump to another chain, RETURN to an ACCEPT policy)
+    counts against.
     """
     import shlex
 
-    drop = next((r for r in chain_rules if r.endswith("-j DROP")), "")
-    ray_ports = _spans(drop.split("--dports ")[1].split()[0]) if "--dports " in drop else []
-    returned = []
-    for r in chain_rules:
-        t = r.split()
-        if "-s" in t and t[-1] == "RETURN":
-            returned.append(ipaddress.ip_network(t[t.index("-s") + 1], strict=False))
+    returns = [_matches(shlex.split(r)) for r in chain_rules
+               if r.endswith("-j RETURN") and " -s " not in r and " -d " not in r]
 
     def harmless(t: list[str]) -> bool:
         target = t[t.index("-j") + 1] if "-j" in t else t[t.index("-g") + 1] if "-g" in t else ""
         if target == "" or target in _NOT_ACCEPTING:
             return True
-        for i, tok in enumerate(t):
-            if i and t[i - 1] == "!":
-                continue
-            nxt = t[i + 1] if i + 1 < len(t) else ""
-            if nxt == "!":
-                continue
-            if tok == "-i" and nxt == "lo":
-                return True
-            if tok in ("--ctstate", "--state") and "NEW" not in nxt.split(","):
-                return True
-            if tok == "-p" and nxt not in ("tcp", "6", "all"):
-                return True
-            if tok in ("--dport", "--dports", "--destination-port", "--destination-ports"):
-                theirs = _spans(nxt)
-                if ray_ports and not any(a <= d and c <= b for a, b in theirs
-                                         for c, d in ray_ports):
-                    return True
-            if tok == "-s":
-                net = ipaddress.ip_network(nxt.split(",")[0], strict=False)
-                if "," not in nxt and any(net.version == r.version and net.subnet_of(r)
-                                          for r in returned):
-                    return True
-        return False
+        rule = _matches(t)
+        return any(_covers(r, rule) for r in returns)
 
-    rules = [ln for ln in input_rules.splitlines() if ln.startswith("-A INPUT ")]
+    rules = [ln for ln in live_rules.splitlines() if ln.startswith(f"-A {builtin} ")]
     problems = []
     for n, rule in enumerate(rules, 1):
         t = shlex.split(rule)
         if t[2:] == ["-j", chain]:
             return problems
         if not harmless(t):
-            problems.append(f"INPUT rule {n} ({rule}) comes before the jump to {chain} and "
-                            "can let past new connections to Ray's ports. Fix: ray-firewall "
-                            "apply puts the jump first.")
-    return [f"INPUT has no jump to {chain}. Fix: ray-firewall apply."]
+            problems.append(f"{builtin} rule {n} ({rule}) comes before the jump to {chain} and "
+                            "can let past what the chain stops. Fix: ray-firewall apply puts "
+                            "the jump first.")
+    return [f"{builtin} has no jump to {chain}. Fix: ray-firewall apply."]
 
 
 def dashboard_host(bind: str, cluster_ip: str) -> str:

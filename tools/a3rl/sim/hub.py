@@ -11,9 +11,12 @@ the published Qwen3 shapes and whose weights are tiny tensors.
 
 Layout served: ``<root>/models/<owner>/<name>/<files...>`` and
 ``<root>/datasets/<owner>/<name>/<files...>`` (nested folders allowed), one revision
-(``master`` unless told otherwise). Implemented, under ``/api/v1`` (the legacy API that
-the client's download path uses; ``<repo>`` is ``models/<owner>/<name>`` or
-``datasets/<owner>/<name>``):
+(``master`` unless told otherwise) whose commit id is the sha1 of the listing
+(``Catalog.commit``). ``Revision=`` takes the branch name or that commit id, as the real
+hub takes a branch, tag or commit id (modelscope_hub 0.5.1, ``_download.py``:
+"revision: Branch, tag, or commit hash"); any other is 404. Implemented, under
+``/api/v1`` (the legacy API that the client's download path uses; ``<repo>`` is
+``models/<owner>/<name>`` or ``datasets/<owner>/<name>``):
 
 * ``GET models/<owner>/<name>/repo/files?Revision=&Recursive=&Root=``: file listing,
   ``{"Code": 200, "Data": {"Files": [...]}, "Success": true, ...}``; each entry has the
@@ -45,7 +48,8 @@ client probes modelscope.cn and modelscope.ai first. ``MODELSCOPE_DOMAIN`` works
 an explicit ``http://``: the client prefixes a bare domain with ``https://``.
 
 Not implemented: the OpenAPI surface (``/openapi/v1``, only used for that probe),
-redirects to OSS/CDN storage, uploads, git access, tags or more than one revision,
+redirects to OSS/CDN storage, uploads, git access, tags or more than one revision
+(an older commit id than the files' current one is 404 here, where the real hub serves it),
 archives (skills), the ``ststoken``/meta endpoints of ``MsDataset``, the hub's numeric
 business error codes, and anything about users, orgs or search.
 """
@@ -287,10 +291,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._info(kind, owner, name, repo, body)
         if tail == ["revisions"]:
             return self._revisions(repo, body)
+        # Like the hub: a branch name, or the commit id a pinned manifest entry carries.
         revision = query.get("Revision") or hub.catalog.revision
-        if revision != hub.catalog.revision:
+        if revision not in (hub.catalog.revision, hub.catalog.commit(repo)):
             return self._error(404, f"revision {revision} not found in {owner}/{name} "
-                                    f"(this hub serves {hub.catalog.revision} only)", body)
+                                    f"(this hub serves {hub.catalog.revision} and its commit "
+                                    "only)", body)
         if tail == ["repo"]:
             return self._file(repo, query.get("FilePath", ""), f"{owner}/{name}", body)
         if (kind, tail) in (("models", ["repo", "files"]), ("datasets", ["repo", "tree"])):
@@ -440,6 +446,17 @@ class Hub:
     endpoint: str
     root: Path
     port: int
+
+
+def commit_of(root: Path, kind: str, repo_id: str) -> str:
+    """The commit id this stand-in serves for ``kind`` (models|datasets) ``owner/name``:
+    what a manifest entry's ``revision`` pins."""
+    owner, name = repo_id.split("/", 1)
+    catalog = Catalog(Path(root))
+    repo = catalog.repo(kind, owner, name)
+    if repo is None:
+        raise KeyError(f"{kind}/{repo_id} is not under {root}")
+    return catalog.commit(repo)
 
 
 def read_requests(root: Path) -> list[dict[str, Any]]:
