@@ -327,11 +327,14 @@ def test_two_entries_reaching_one_machine_by_name_and_ip_are_refused():
     assert pf.same_machine_problems(["node1", "node2"], hv) == []
 
 
+REV = "0123456789abcdef0123456789abcdef01234567"  # a hub entry's commit (issue 21)
+
+
 @pytest.mark.parametrize(("spec", "needle"), [
-    ({"kind": "modelscope", "id": "Qwen/../etc", "dest": "models/x"}, "id 'Qwen/../etc'"),
-    ({"kind": "modelscope", "id": "../Qwen3-32B", "dest": "models/x"}, "is not a hub id"),
-    ({"kind": "modelscope", "id": "Qwen3-32B", "dest": "models/x"}, "owner/name"),
-    ({"kind": "modelscope", "id": 5, "dest": "models/x"}, "id 5"),
+    ({"kind": "modelscope", "id": "Qwen/../etc", "dest": "models/x", "revision": REV}, "id 'Qwen/../etc'"),
+    ({"kind": "modelscope", "id": "../Qwen3-32B", "dest": "models/x", "revision": REV}, "is not a hub id"),
+    ({"kind": "modelscope", "id": "Qwen3-32B", "dest": "models/x", "revision": REV}, "owner/name"),
+    ({"kind": "modelscope", "id": 5, "dest": "models/x", "revision": REV}, "id 5"),
     ({"kind": "git", "url": "--upload-pack=touch /tmp/x", "ref": "v1"}, "must not begin with '-'"),
     ({"kind": "git", "url": "https://x/y.git", "ref": "--all"}, "ref '--all' begins with '-'"),
     ({"kind": "http", "url": "file:///etc/passwd", "dest": "raw/x", "sha256": "a" * 64},
