@@ -383,3 +383,26 @@ def test_the_resampler_release_has_the_module_the_pin_lacks(up, workspace, clean
     assert applied(proc) == CLEAN[:7] + [
         "patches/verl/0019-verl-feature-length_aware_resampler.patch"] + CLEAN[7:]
     assert "class LengthAwareEpochSampler" in (wd / need["path"]).read_text()
+
+
+def test_the_stand_in_requirements_have_both_kinds_of_line(up):
+    """Like the recipe's requirements.txt (real-upstreams.md): a pin published as a source
+    archive only, and an unpinned line whose newest release is outside the image's range."""
+    from packaging.specifiers import SpecifierSet
+
+    lines = upstreams.REQUIREMENTS.splitlines()
+    sdist, version = upstreams.SDIST_ONLY
+    assert f"{sdist}=={version}" in lines and f"{upstreams.RANGED}[default]" in lines
+    files = sorted(p.name for p in up.index.iterdir())
+    stem = sdist.replace("-", "_")
+    assert [f for f in files if f.startswith(stem)] == [f"{stem}-{version}.tar.gz"]
+    versions = [f.split("-")[1] for f in files if f.startswith(upstreams.RANGED.replace("-", "_"))]
+    image_range = SpecifierSet(upstreams.RANGED_CONSTRAINT.split(upstreams.RANGED)[1])
+    assert max(versions, key=lambda v: tuple(map(int, v.split(".")))) not in image_range
+    assert [v for v in versions if v in image_range] == ["2.48.0"]
+    manifest = yaml.safe_load((ROOT / "group_vars/all/artifacts.yml").read_text())
+    wheels = manifest["a3rl_artifacts"]["recipe_wheels"]
+    assert wheels["build_from_sdist"] == ["pylatexenc", "zmq"]
+    assert wheels["constraints"] == ["ray>=2.47.1,<=2.48.0"]
+    assert upstreams.wheelhouse_overrides(up, wheels["constraints"])["constraints"] == [
+        "ray>=2.47.1,<=2.48.0", upstreams.RANGED_CONSTRAINT]
