@@ -176,7 +176,7 @@ def test_registry_source_pulls_once_on_the_stager(site, tmp_path):
     assert again.ok and again.changed == 0, again.stats
 
 
-def test_build_source_builds_the_recipes_dockerfile_once_on_the_stager(site, tmp_path):
+def test_build_source_builds_once_on_the_stager(site, tmp_path):
     """The stand-in recipe's Dockerfile.vllm_ascend.mindspeed.qwen3, by name, with its
     published ordering defect fixed by the project (as published it fails)."""
     node1, node2 = (n.container for n in site.members())

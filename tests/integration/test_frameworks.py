@@ -148,7 +148,7 @@ def test_added_patch_and_project_patch_reapply_the_series_in_order(staged, tmp_p
     assert not any("/verl/0003-" in lb for lb in labels)
 
 
-def test_damaged_copy_and_cut_wheelhouse_unpack_on_one_node_are_redone(staged):
+def test_damaged_copy_on_one_node_is_sent_again(staged):
     """One run redoes both on node2 (one play run for two faults, to save CI time)."""
     node1, node2 = (n.container for n in staged.members())
     bundle = f"{NODE_STORE}/git/verl.bundle"
