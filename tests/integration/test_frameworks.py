@@ -149,7 +149,8 @@ def test_added_patch_and_project_patch_reapply_the_series_in_order(staged, tmp_p
 
 
 def test_damaged_copy_on_one_node_is_sent_again(staged):
-    """One run redoes both on node2 (one play run for two faults, to save CI time)."""
+    """A damaged bundle copy is sent again, and a cut wheelhouse unpack is redone, on
+    node2 only: one play run for both faults, to save CI time."""
     node1, node2 = (n.container for n in staged.members())
     bundle = f"{NODE_STORE}/git/verl.bundle"
     sh(node2, f"printf 'X' | dd of={bundle} bs=1 seek=100 conv=notrunc status=none")
