@@ -66,6 +66,7 @@ class FilterModule:
             "a3rl_parse_kv": npu.parse_kv,
             "a3rl_docker_archive_id": images.archive_image_id,
             "a3rl_registry_host": images.registry_host,
+            "a3rl_dockerfile_fixed": _clear_errors(images.dockerfile_fixed),
             "a3rl_package_action": npu.package_action,
             "a3rl_parse_npu_smi_info": npu.parse_npu_smi_info,
             "a3rl_npu_health_problems": npu.npu_health_problems,

@@ -110,7 +110,12 @@ POINTERS: tuple[Pointer, ...] = (
             "rest and verifies it",
             _I + "test_frameworks.py::test_interrupted_transfer_resumes"),
     Pointer("fault", "a damaged copy on one node", "detected by sha256 and sent again",
-            _I + "test_frameworks.py::test_damaged_copy_on_one_node_is_sent_again"),
+            _I + "test_frameworks.py::"
+            "test_damaged_copy_on_one_node_is_sent_again"),
+    Pointer("fault", "a wheelhouse unpack cut short on one node",
+            "no completion marker: the folder is unpacked again (scratch folder, renamed)",
+            _I + "test_frameworks.py::"
+            "test_damaged_copy_on_one_node_is_sent_again"),
     Pointer("fault", "a weights download killed mid-transfer",
             "the re-run resumes; a complete store asks the hub nothing",
             _I + "test_data_weights.py::"

@@ -17,7 +17,7 @@ import pytest
 
 from a3rl.images import archive_image_id
 from a3rl.paths import project_root
-from a3rl.sim import podman
+from a3rl.sim import podman, upstreams
 
 from .conftest import events, failure_text, play, provision
 
@@ -302,12 +302,17 @@ def _exported(result) -> bool:
 
 
 def test_build_source_builds_once_on_the_stager(site, tmp_path):
+    """The stand-in recipe's Dockerfile.vllm_ascend.mindspeed.qwen3, by name, with its
+    published ordering defect fixed by the project (as published it fails)."""
     node1, node2 = (n.container for n in site.members())
     _, ref = _archive(site)
-    ctx = tmp_path / "context"
-    ctx.mkdir()
-    (ctx / "Dockerfile").write_text(f"FROM {ref}\nLABEL a3rl.test=built-on-the-stager\n")
+    up = upstreams.build(log=lambda _msg: None)
+    subprocess.run(["git", "clone", "-q", up.url("recipe"), str(tmp_path / "recipe")], check=True)
+    subprocess.run(["git", "-C", str(tmp_path / "recipe"), "checkout", "-q",
+                    up.recipe_commits["clean"]], check=True)
+    ctx = tmp_path / "recipe" / up.recipe_subdir
     extra = {"cann_image_source": "build", "cann_image_build_context": str(ctx),
+             "cann_image_build_args": {"BASE": ref},
              "cann_image_tag": "viabuild", "cann_image_cache_dir": str(tmp_path / "cache")}
     # --check with no earlier archive: says it would build, and builds nothing.
     checked = play(IMAGE_PLAY, site.inventory_dir, extravars=extra, check=True)
@@ -320,14 +325,24 @@ def test_build_source_builds_once_on_the_stager(site, tmp_path):
     want = _have(node1, "localhost/a3rl/cann-standin:viabuild")
     assert want and _have(node2, "localhost/a3rl/cann-standin:viabuild") == want
     label = podman.exec_(node2, "docker", "image", "inspect", "-f",
-                         "{{index .Config.Labels \"a3rl.test\"}}",
+                         "{{index .Config.Labels \"a3rl.standin\"}}",
                          "localhost/a3rl/cann-standin:viabuild").stdout.strip()
-    assert label == "built-on-the-stager"
+    assert label.startswith("recipe Dockerfile stand-in"), label
+    # Mooncake's step ran, after vllm-ascend was cloned.
+    podman.exec_(node2, "docker", "run", "--rm", "--entrypoint", "test",
+                 "localhost/a3rl/cann-standin:viabuild", "-f", "/workspace/Mooncake/installed")
     again = play(IMAGE_PLAY, site.inventory_dir, extravars=extra)
     assert again.ok and again.changed == 0, again.stats
     assert not _exported(again)  # the stager's image ID did not change
-    # An edited build context builds again, and the new image is exported and sent.
-    (ctx / "Dockerfile").write_text(f"FROM {ref}\nLABEL a3rl.test=built-again\n")
+    # As published (no project fix) the stand-in, like the recipe's, stops at the copy.
+    published = play(IMAGE_PLAY, site.inventory_dir,
+                     extravars={**extra, "cann_image_build_fixes": [],
+                                "cann_image_tag": "published"})
+    assert not published.ok
+    assert "mooncake_installer.sh" in failure_text(published)
+    # An edited Dockerfile builds again, and the new image is exported and sent.
+    dockerfile = ctx / "Dockerfile.vllm_ascend.mindspeed.qwen3"
+    dockerfile.write_text(dockerfile.read_text() + "\nLABEL a3rl.test=built-again\n")
     rebuilt = play(IMAGE_PLAY, site.inventory_dir, extravars=extra)
     assert rebuilt.ok, failure_text(rebuilt)
     assert _exported(rebuilt)

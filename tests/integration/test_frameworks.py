@@ -73,21 +73,27 @@ def test_sources_at_their_pins_and_series_applied(staged):
         sub = "/data/a3rl/src/vllm_ascend/csrc/third_party/catlass"
         assert sh(c, f"git -C {sub} rev-parse HEAD").strip() == up.commits["vllm_ascend_sub"]
         # The build_project layout, patched: the config key the recipe's verl patch adds,
-        # the plain file beside the patches, the converter at the top.
+        # the plain file beside the patches edited there by its patch (not copied into
+        # the trees), the converter at the top.
         assert "recompute_old_log_prob" in sh(
             c, f"cat {WORKDIR}/verl/trainer/config/actor/actor.yaml"
         )
         sh(
             c,
-            f"test -f {WORKDIR}/vllm/v1/spec_decode/sam.py"
+            f"grep -qx 'BINPACK = True' {WORKDIR}/{upstreams.HDP}"
+            f" && test ! -e {WORKDIR}/verl/utils/hybrid_data_parallel"
             f" && test -f {WORKDIR}/converter_hf_to_mcore.py"
             f" && test -f {WORKDIR}/verl/trainer/config/dapo_megatron_trainer.yaml"
             f" && test -d {WORKDIR}/megatron/core && test -d {WORKDIR}/r1_ascend",
         )
         series = json.loads(sh(c, f"cat {WORKDIR}/.git/a3rl/series.json"))
         assert len(series["labels"]) >= 7
-        # The recipe's requirements, from the wheelhouse, where jobs run.
-        sh(c, "docker exec a3rl-train python3 -c 'import codetiming'")
+        # The recipe's requirements, from the wheelhouse, where jobs run: the stand-in
+        # sdist-only pin (built into a wheel by the store) and the open line kept to the
+        # image's range (2.48.0, not the newest 2.58.0).
+        version = sh(c, "docker exec a3rl-train python3 -c 'import codetiming, "
+                        "a3rl_standin_sdist_only, a3rl_standin_ray as r; print(r.VERSION)'")
+        assert version.strip() == "2.48.0"
 
 
 def test_second_run_and_check_mode_change_nothing(staged):
@@ -141,11 +147,22 @@ def test_added_patch_and_project_patch_reapply_the_series_in_order(staged, tmp_p
 
 
 def test_damaged_copy_on_one_node_is_sent_again(staged):
+    """A damaged bundle copy is sent again, and a cut wheelhouse unpack is redone, on
+    node2 only: one play run for both faults, to save CI time."""
     node1, node2 = (n.container for n in staged.members())
     bundle = f"{NODE_STORE}/git/verl.bundle"
     sh(node2, f"printf 'X' | dd of={bundle} bs=1 seek=100 conv=notrunc status=none")
+    # An unpack cut after requirements.txt (the tar is in name order; tabulate's wheel
+    # comes later), as an earlier version left it in place, and a scratch folder of a
+    # cut unpack by this one.
+    record = json.loads((staged.state / "store/manifest.json").read_text())["artifacts"]
+    wheels = f"/data/a3rl/wheels/{record['recipe_wheels']['files'][0]['sha256'][:16]}"
+    sh(node2, f"rm -f {wheels}/tabulate-* {wheels}/.a3rl-unpacked"
+              f" && mkdir -p {wheels}.partial && touch {wheels}.partial/junk")
     result = play(PLAY, staged.inventory_dir)
     assert result.ok, failure_text(result)
+    assert sh(node2, f"ls {wheels}/.a3rl-unpacked {wheels}/tabulate-*.whl"
+                     f" && test ! -e {wheels}.partial && echo ok").split()[-1] == "ok"
     assert result.stats["changed"].get("node1", 0) == 0
     assert result.stats["changed"]["node2"] > 0
     store = staged.state / "store/git/verl.bundle"

@@ -135,6 +135,8 @@ def test_a_hydra_typo_is_refused_naming_the_key_before_submit(up):
 @pytest.mark.parametrize(("extravars", "needle"), [
     ({"model": "qwen3_235b", "weights": "random"}, "needs at least 128 NPUs"),
     ({"features": "resampler", "overrides": ["data.shuffle=True"]}, "shuffle"),
+    # The pinned recipe predates the resampler's module (issue 19 item 10).
+    ({"features": "resampler"}, "It comes with recipe commit ba7be607"),
     ({"features": "warp_drive"}, "unknown feature"),
     ({"weights": "random"}, "no random-weights grpo run for qwen3_32b"),
 ])

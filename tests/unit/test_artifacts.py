@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from a3rl import artifacts, manifest, stage
+from a3rl.sim import upstreams
 
 IDENT = {
     "GIT_AUTHOR_NAME": "t",
@@ -256,6 +257,83 @@ def test_wheelhouse_needs_its_requirements_source_in_the_same_run():
     )
     assert manifest.artifact_problems(m, ["recipe", "wheels"]) == []
     assert "not in the manifest" in manifest.artifact_problems(m, ["nope"])[0]
+
+
+# ------------------------------------------------------------------------ wheelhouse
+
+
+@pytest.fixture()
+def standin_index(tmp_path, monkeypatch):
+    """The simulator's stand-in packages in a folder, and pip kept off every index."""
+    folder = tmp_path / "pypi"
+    upstreams._build_index(folder)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    return folder
+
+
+def _wheelhouse(folder: Path, **extra) -> dict:
+    sdist, version = upstreams.SDIST_ONLY
+    return {
+        "kind": "wheelhouse",
+        "requirements": [f"{sdist}=={version}", f"{upstreams.RANGED}[default]"],
+        "platforms": ["manylinux2014_x86_64", "any"],
+        "python_version": "3.11",
+        "find_links": [str(folder)],
+        **extra,
+    }
+
+
+def _members(store: Path) -> list[str]:
+    import tarfile
+
+    with tarfile.open(store / "python/wheels.tar") as tar:
+        return sorted(tar.getnames())
+
+
+def test_wheelhouse_builds_sdist_only_pins_and_keeps_to_the_image_range(tmp_path, standin_index):
+    store = tmp_path / "store"
+    spec = _wheelhouse(
+        standin_index,
+        build_from_sdist=[upstreams.SDIST_ONLY[0]],
+        constraints=["ray>=2.47.1,<=2.48.0", upstreams.RANGED_CONSTRAINT],
+    )
+    artifacts.ensure(str(store), "wheels", spec)
+    assert _members(store) == [
+        "a3rl_standin_ray-2.48.0-py3-none-any.whl",  # not the newest, 2.58.0
+        "a3rl_standin_sdist_only-2.10-py3-none-any.whl",  # built from its sdist
+        "constraints.txt",
+        "requirements.txt",
+    ]
+    # An unconstrained open line takes the newest: the constraint is what keeps it.
+    other = tmp_path / "other"
+    artifacts.ensure(str(other), "wheels", {**spec, "constraints": []})
+    assert "a3rl_standin_ray-2.58.0-py3-none-any.whl" in _members(other)
+
+
+def test_sdist_only_pin_not_listed_names_the_fix(tmp_path, standin_index):
+    with pytest.raises(artifacts.ArtifactError, match="build_from_sdist list"):
+        artifacts.ensure(str(tmp_path / "store"), "wheels", _wheelhouse(standin_index))
+
+
+def test_build_from_sdist_must_name_a_pin(tmp_path, standin_index):
+    spec = _wheelhouse(standin_index, build_from_sdist=["pylatexenc"])
+    with pytest.raises(artifacts.ArtifactError, match="pylatexenc, which the requirements do not"):
+        artifacts.ensure(str(tmp_path / "store"), "wheels", spec)
+
+
+def test_requirement_pins_and_constraint_extras():
+    text = (
+        "pylatexenc==2.10\nzmq == 0.0.0 # source only\nray[default]\n"
+        "Py_Foo.Bar==1; python_version>'3'\n"
+    )
+    assert artifacts.requirement_pins(text) == {
+        "pylatexenc": "2.10", "zmq": "0.0.0", "py-foo-bar": "1"}
+    spec = {"kind": "wheelhouse", "requirements": ["ray[default]"],
+            "constraints": ["ray[default]<=2.48.0"]}
+    assert any("names extras" in p for p in artifacts.validate("w", spec))
+    assert any("list of strings" in p
+               for p in artifacts.validate("w", {**spec, "constraints": "ray<3"}))
 
 
 # ------------------------------------------------------------------------------ http

@@ -331,8 +331,10 @@ REV = "0123456789abcdef0123456789abcdef01234567"  # a hub entry's commit (issue 
 
 
 @pytest.mark.parametrize(("spec", "needle"), [
-    ({"kind": "modelscope", "id": "Qwen/../etc", "dest": "models/x", "revision": REV}, "id 'Qwen/../etc'"),
-    ({"kind": "modelscope", "id": "../Qwen3-32B", "dest": "models/x", "revision": REV}, "is not a hub id"),
+    ({"kind": "modelscope", "id": "Qwen/../etc", "dest": "models/x", "revision": REV},
+     "id 'Qwen/../etc'"),
+    ({"kind": "modelscope", "id": "../Qwen3-32B", "dest": "models/x", "revision": REV},
+     "is not a hub id"),
     ({"kind": "modelscope", "id": "Qwen3-32B", "dest": "models/x", "revision": REV}, "owner/name"),
     ({"kind": "modelscope", "id": 5, "dest": "models/x", "revision": REV}, "id 5"),
     ({"kind": "git", "url": "--upload-pack=touch /tmp/x", "ref": "v1"}, "must not begin with '-'"),

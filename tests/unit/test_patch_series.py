@@ -37,6 +37,7 @@ PRISTINE = {
     "vllm_ascend/worker.py": LINES.replace("line", "worker"),
     "README.md": "recipe\n",
 }
+PLAIN = "patches/verl/utils/hybrid_data_parallel/hdp.py"
 RUNTIME = ("kernel_meta/op.o", ".cache/x/y.bin", "outputs/run1/log.txt")
 
 
@@ -105,7 +106,11 @@ def wd(tmp_path: Path) -> Path:
     git(tmp_path, "init", "-q", str(wd))
     write(wd / ".git/objects/info/alternates", f"{src}/.git/objects\n")
     files = dict(PRISTINE, **recipe_patches())
-    files["patches/vllm/v1/spec_decode/sam.py"] = "SAM = 1\n"
+    # A plain file beside the patches, which a patch edits (as the recipe's verl 0015
+    # edits patches/verl/utils/hybrid_data_parallel/hdp.py).
+    files[PLAIN] = "BINPACK = False\n"
+    files["patches/verl/0015-verl-feature-binpack.patch"] = diff(
+        PLAIN, "BINPACK = False\n", "BINPACK = True\n")
     commit_pristine(wd, src, files)
     for rel in RUNTIME:
         write(wd / rel, f"runtime {rel}\n")
@@ -196,7 +201,8 @@ def test_discover_orders_like_the_recipe(wd, extra):
                            cwd=wd, text=True, capture_output=True, env=dict(os.environ, LC_ALL="C"))
     recipe = [line[2:] for line in found.stdout.splitlines()]
     assert s.labels == recipe + ["extra/0001-vllm_ascend-bugfix-worker.patch"]
-    assert [f.dest for f in s.files] == ["vllm/v1/spec_decode/sam.py"]
+    assert "patches/verl/0015-verl-feature-binpack.patch" in s.labels
+    assert all(label.endswith(".patch") for label in s.labels)  # no plain file
     assert s.patches[0].sha256 == hashlib.sha256(
         (wd / "patches" / recipe[0][len("patches/"):]).read_bytes()).hexdigest()
 
@@ -212,9 +218,11 @@ def test_digest_changes_with_any_change(wd, extra):
     write(p, p.read_text() + "\n")  # edit
     digests.add(series(wd, extra).digest)
     digests.add(series(wd).digest)  # remove the extra folder
-    write(wd / "patches/vllm/v1/spec_decode/sam.py", "SAM = 2\n")  # plain file
-    digests.add(series(wd, extra).digest)
-    assert base not in digests and len(digests) == 4
+    assert base not in digests and len(digests) == 3
+    # A plain file beside the patches is not part of the series (a patch may edit it).
+    before = series(wd, extra).digest
+    write(wd / PLAIN, "BINPACK = None\n")
+    assert series(wd, extra).digest == before
 
 
 # ------------------------------------------------------------------------ apply
@@ -229,7 +237,10 @@ def test_clean_apply(wd, extra):
     assert "worker seven\n" in text(wd, "vllm_ascend/worker.py")
     assert text(wd, "verl/trainer/new.py") == "NEW = True\n"
     assert text(wd, "vllm_ascend/added.py") == "ADDED = 1\n"
-    assert text(wd, "vllm/v1/spec_decode/sam.py") == "SAM = 1\n"
+    # The plain file stays beside the patches, edited by its patch; no copy of it
+    # anywhere else in the tree.
+    assert text(wd, PLAIN) == "BINPACK = True\n"
+    assert git(wd, "ls-files", "*hdp.py") == PLAIN
     assert all(text(wd, rel) == f"runtime {rel}\n" for rel in RUNTIME)
     assert git(wd, "diff", "--stat") == ""  # worktree == index
     state = json.loads((wd / ".git/a3rl/series.json").read_text())
@@ -296,7 +307,7 @@ def conflicting(wd: Path) -> None:
 
 def assert_conflict_message(msg: str, wd: Path):
     label = "patches/verl/0003-verl-feature-new.patch"
-    assert f"{label} (patch 3 of 4)" in msg
+    assert f"{label} (patch 3 of 5)" in msg
     assert "verl/trainer/core.py: hunk @@ -12,7 +12,7 @@" in msg
     assert ("applied before it (in a scratch index only): "
             "patches/megatron/0001-megatron-bugfix-model.patch, "
@@ -376,7 +387,7 @@ def test_check_mode_changes_nothing(wd, extra):
     before = snapshot(wd)
     with pytest.raises(PatchSeriesError) as e:
         apply(str(wd), series(wd, extra), check=True)
-    assert "(patch 3 of 5)" in str(e.value)
+    assert "(patch 3 of 6)" in str(e.value)
     assert snapshot(wd) == before
 
 
@@ -388,7 +399,7 @@ def test_reset_restores_pristine_and_keeps_runtime_files(wd, extra):
     assert git(wd, "write-tree") == git(wd, "rev-parse", "refs/a3rl/pristine^{tree}")
     assert git(wd, "diff", "--stat") == ""
     assert not (wd / "vllm_ascend/added.py").exists()
-    assert not (wd / "vllm/v1/spec_decode/sam.py").exists()
+    assert text(wd, PLAIN) == "BINPACK = False\n"
     assert not (wd / ".git/a3rl/series.json").exists()
     assert all(text(wd, rel) == f"runtime {rel}\n" for rel in RUNTIME)
     assert reset(str(wd))["changed"] is False
@@ -402,7 +413,7 @@ def test_corrupt_patch_is_named(wd):
     with pytest.raises(PatchSeriesError) as e:
         apply(str(wd), series(wd))
     msg = str(e.value)
-    assert "patches/verl/0002-verl-bugfix-core.patch (patch 2 of 4) is not a valid patch" in msg
+    assert "patches/verl/0002-verl-bugfix-core.patch (patch 2 of 5) is not a valid patch" in msg
     assert "corrupt patch at line 6" in msg and "regenerate" in msg
     assert snapshot(wd) == before
 

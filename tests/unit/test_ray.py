@@ -300,3 +300,57 @@ def test_ports_on_the_edges_of_the_worker_range_are_inside_it():
 def test_a_rule_above_the_jump_that_passes_tcp_counts_against(rule):
     live = f"{INPUT_HEAD}{rule}\n-A INPUT -j A3RL-RAY\n"
     assert len(ray.jump_problems(live, "A3RL-RAY", CHAIN_RULES)) == 1, rule
+
+
+# ------------------------------------------------ the MindSpeed op pre-compile (issue 19)
+
+PRECOMPILE_OPS = ["RotaryPositionEmbeddingOpBuilder", "RingAttentionUpdateOpBuilder",
+                  "GMMOpBuilder", "GMMV2OpBuilder", "MatmulAddOpBuilder",
+                  "GroupMatmulAddOpBuilder", "FusedAdamWV2OpBuilder"]
+
+
+def _precompile(tmp_path, fail: str = ""):
+    """The role's default pre-start command, rendered and run as ray-node.j2 runs it
+    (a subshell under set -e), with a stand-in python3 that records where it ran."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    import jinja2
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    raw = yaml.safe_load((root / "roles/ray_cluster/defaults/main.yml").read_text())
+    workdir = tmp_path / "workdir"
+    workdir.mkdir()
+    command = jinja2.Template(raw["ray_cluster_pre_start_command"]).render(
+        a3rl_workdir=str(workdir))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls"
+    stub = bin_dir / "python3"
+    stub.write_text(f'#!/bin/bash\necho "$PWD|$2" >> {log}\n'
+                    f'case "$2" in *"{fail or "-"} "*) exit 3;; esac\n')
+    stub.chmod(0o755)
+    proc = subprocess.run(["bash", "-c", f"set -e\n( {command} )\necho started"],
+                          cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    calls = log.read_text().splitlines() if log.exists() else []
+    return proc, calls, workdir
+
+
+def test_precompile_runs_every_op_from_the_working_directory(tmp_path):
+    proc, calls, workdir = _precompile(tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == "started", proc.stderr
+    assert sorted(c.split("|")[1].split("import ")[1].split(";")[0] for c in calls) == \
+        sorted(PRECOMPILE_OPS)
+    assert {c.split("|")[0] for c in calls} == {str(workdir)}
+    assert any("mindspeed.op_builder.fused_adamw_v2_builder import FusedAdamWV2OpBuilder" in c
+               for c in calls)
+
+
+def test_a_failed_precompile_stops_the_start_and_names_the_op(tmp_path):
+    proc, calls, workdir = _precompile(tmp_path, fail="GMMV2OpBuilder;")
+    assert proc.returncode != 0 and "started" not in proc.stdout
+    assert f"MindSpeed op pre-compile failed in {workdir}: GMMV2OpBuilder" in proc.stderr
+    assert len(calls) == 7  # the others still ran

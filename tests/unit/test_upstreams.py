@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import tarfile
 import time
 from pathlib import Path
@@ -27,9 +28,11 @@ FRAMEWORK_FOLDERS = {"verl": "verl", "megatron": "Megatron-LM", "mindspeed": "Mi
 CLEAN = [
     "patches/0001-feature-model-converter.patch",
     "patches/megatron/0001-megatron-bugfix-state_ten-verification.patch",
+    "patches/megatron/0002-megatron-feature-enable_hdp.patch",
     "patches/mindspeed/0001-mindspeed-bugfix-builder.patch",
     "patches/verl/0001-verl-feature-recompute_old_log_prob.patch",
     "patches/verl/0002-verl-feature-onload_offload.patch",
+    "patches/verl/0015-verl-feature-hdp_binpack_optimization.patch",
     "patches/vllm/0001-vllm-feature-disable_gc.patch",
     "patches/vllm_ascend/0001-vllm_ascend-feature-bs_threshold_for_spec_decode.patch",
 ]
@@ -193,8 +196,15 @@ def test_the_clean_series_applies_with_the_recipes_scripts(up, clean_layout):
     assert "recompute_old_log_prob: True" in (wd / upstreams.ACTOR_YAML).read_text()
     assert "moe_grouped_gemm" in (wd / "converter_hf_to_mcore.py").read_text()
     assert "gc.set_threshold(0)" in (wd / "vllm/entrypoints/llm.py").read_text()
-    assert (wd / "vllm/v1/spec_decode/sam.py").is_file()
-    assert (wd / "vllm_ascend/spec_decode/sam_proposer.py").is_file()
+    # The plain files stay beside the patches (none copied into the trees); verl/0015
+    # edited one, and megatron/0002's import of it as patches... resolves from here.
+    assert not (wd / "vllm_ascend/spec_decode/sam_proposer.py").exists()
+    assert not (wd / "verl/utils/hybrid_data_parallel").exists()
+    assert "BINPACK = True\n" in (wd / upstreams.HDP).read_text()
+    assert "from patches.verl.utils.hybrid_data_parallel.hdp import" in \
+        (wd / "megatron/core/parallel_state.py").read_text()
+    subprocess.run([sys.executable, "-c", "import megatron.core.parallel_state"], cwd=wd,
+                   check=True)
     assert (wd / "verl/trainer/main_dapo.py").is_file()
     assert (wd / "verl/trainer/config/dapo_megatron_trainer.yaml").is_file()
     assert (wd / "megatron/core/parallel_state.py").is_file()
@@ -205,7 +215,7 @@ def test_the_clean_series_applies_with_the_recipes_scripts(up, clean_layout):
     for rel in CLEAN:
         assert "diff --git a/llm_rl/qwen3/" in (wd / rel).read_text()
     # verl/0002 was made after verl/0001: its context carries 0001's key.
-    assert "\n recompute_old_log_prob: True\n" in (wd / CLEAN[4]).read_text()
+    assert "\n recompute_old_log_prob: True\n" in (wd / CLEAN[5]).read_text()
 
 
 def test_the_projects_extra_patches_apply_after_the_clean_series(clean_layout, tmp_path):
@@ -222,7 +232,7 @@ def test_the_projects_extra_patches_apply_after_the_clean_series(clean_layout, t
 def test_the_extra_series_applies_and_so_do_the_projects_patches(up, workspace, tmp_path):
     proc, wd = run_recipe(up, workspace, up.recipe_commits["extra"], tmp_path / "recipe")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert applied(proc) == CLEAN[:5] + [EXTRA] + CLEAN[5:]
+    assert applied(proc) == CLEAN[:6] + [EXTRA] + CLEAN[6:]
     assert "use_rollout_log_probs: False" in (wd / upstreams.ACTOR_YAML).read_text()
     for patch in upstreams.extra_patches(tmp_path / "extra"):
         git(wd, "apply", "--ignore-whitespace", f"--directory={upstreams.RECIPE_SUBDIR}",
@@ -235,7 +245,40 @@ def test_the_conflict_series_stops_at_the_conflicting_patch(up, workspace, tmp_p
     assert applied(proc) == CLEAN
     assert f"[FAIL]: {CONFLICT}" in proc.stderr
     assert "patch does not apply" in proc.stderr
-    assert not (wd / "vllm/v1/spec_decode/sam.py").exists()  # stopped before the copies
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and ".git" not in p.relative_to(root).parts}
+
+
+def test_the_engine_gives_the_recipes_tree_in_one_run(up, workspace, tmp_path):
+    """The engine on the layout build_project.sh gives, gives file for file what the
+    recipe's apply_all_patches.sh gives; a second run changes nothing (the patch that
+    edits a plain file beside the patches included)."""
+    from a3rl import patch_series
+
+    git(tmp_path, "clone", "-q", up.url("recipe"), "recipe")
+    git(tmp_path / "recipe", "checkout", "-q", up.recipe_commits["clean"])
+    wd = tmp_path / "recipe" / up.recipe_subdir
+    subprocess.run(["bash", "build_project.sh"], cwd=wd, check=True, capture_output=True,
+                   env={**env(), "FRAMEWORKS_DIR": str(workspace)})
+    git(wd, "init", "-q")
+    git(wd, "add", "-A")
+    git(wd, "commit", "-q", "-m", "pristine")
+    git(wd, "update-ref", patch_series.PRISTINE_REF, "HEAD")
+
+    def run() -> dict:
+        return patch_series.apply(str(wd), patch_series.discover(str(wd / "patches"),
+                                                                 recipe_strip=3))
+
+    first = run()
+    assert first["state"] == "applied" and first["applied"] == CLEAN
+    proc, script = run_recipe(up, workspace, up.recipe_commits["clean"], tmp_path / "script")
+    assert proc.returncode == 0, proc.stderr
+    assert _files(wd) == _files(script)
+    second = run()
+    assert (second["changed"], second["state"]) == (False, "unchanged"), second["reason"]
 
 
 def test_hydra_composes_the_override_only_after_the_patch(workspace, clean_layout,
@@ -325,3 +368,41 @@ def test_the_recipe_reward_is_in_the_working_directory_with_its_rule(clean_layou
     spec.loader.exec_module(mod)
     assert "STAND-IN" in (clean_layout / "deepscaler.py").read_text()
     assert mod.compute_score("deepscaler", solution, truth) == score
+
+
+def test_the_resampler_release_has_the_module_the_pin_lacks(up, workspace, clean_layout,
+                                                            tmp_path):
+    """runs.yml's needs_code path for the resampler: absent at the pin (the stand-in's
+    clean commit), present in the later release (the stand-in's resampler commit)."""
+    runs = yaml.safe_load((ROOT / "group_vars/all/runs.yml").read_text())
+    [need] = runs["a3rl_features"]["resampler"]["needs_code"]
+    assert need["path"] == upstreams.SAMPLER and "ba7be607" in need["release"]
+    assert not (clean_layout / need["path"]).exists()
+    proc, wd = run_recipe(up, workspace, up.recipe_commits["resampler"], tmp_path / "recipe")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert applied(proc) == CLEAN[:7] + [
+        "patches/verl/0019-verl-feature-length_aware_resampler.patch"] + CLEAN[7:]
+    assert "class LengthAwareEpochSampler" in (wd / need["path"]).read_text()
+
+
+def test_the_stand_in_requirements_have_both_kinds_of_line(up):
+    """Like the recipe's requirements.txt (real-upstreams.md): a pin published as a source
+    archive only, and an unpinned line whose newest release is outside the image's range."""
+    from packaging.specifiers import SpecifierSet
+
+    lines = upstreams.REQUIREMENTS.splitlines()
+    sdist, version = upstreams.SDIST_ONLY
+    assert f"{sdist}=={version}" in lines and f"{upstreams.RANGED}[default]" in lines
+    files = sorted(p.name for p in up.index.iterdir())
+    stem = sdist.replace("-", "_")
+    assert [f for f in files if f.startswith(stem)] == [f"{stem}-{version}.tar.gz"]
+    versions = [f.split("-")[1] for f in files if f.startswith(upstreams.RANGED.replace("-", "_"))]
+    image_range = SpecifierSet(upstreams.RANGED_CONSTRAINT.split(upstreams.RANGED)[1])
+    assert max(versions, key=lambda v: tuple(map(int, v.split(".")))) not in image_range
+    assert [v for v in versions if v in image_range] == ["2.48.0"]
+    manifest = yaml.safe_load((ROOT / "group_vars/all/artifacts.yml").read_text())
+    wheels = manifest["a3rl_artifacts"]["recipe_wheels"]
+    assert wheels["build_from_sdist"] == ["pylatexenc", "zmq"]
+    assert wheels["constraints"] == ["ray>=2.47.1,<=2.48.0"]
+    assert upstreams.wheelhouse_overrides(up, wheels["constraints"])["constraints"] == [
+        "ray>=2.47.1,<=2.48.0", upstreams.RANGED_CONSTRAINT]

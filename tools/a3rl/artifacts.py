@@ -6,7 +6,8 @@ A store is a folder (on the controller, or on a stager node) laid out by artifac
                                   ref with its cherry-picks committed on top
     git/<name>--<sub>.bundle      one bundle per git submodule, at its gitlink commit
     git/<name>.git/               bare fetch cache (not part of a bundle)
-    python/<name>.tar             a wheelhouse (``pip download``), as one tar file
+    python/<name>.tar             a wheelhouse (``pip download``, sdist-only pins built),
+                                  with its requirements and constraints, as one tar file
     <dest>                        files (http, vendor packages, image archives)
     <dest>/                       directory artifacts (modelscope snapshots)
     manifest.json                 what is there: per artifact its spec digest, commit,
@@ -108,6 +109,20 @@ def validate(name: str, spec: dict[str, Any]) -> list[str]:
         problems.append(f"artifact {name}: sha256 {sha!r} is not 64 lowercase hex digits.")
     problems.extend(dest_problems(name, spec))
     problems.extend(source_problems(name, spec))
+    for key in ("constraints", "build_from_sdist", "find_links"):
+        value = spec.get(key)
+        if value is not None and (
+            not isinstance(value, list) or not all(isinstance(v, str) and v for v in value)
+        ):
+            problems.append(
+                f"artifact {name}: `{key}` is {value!r}; expected a list of strings."
+            )
+    for line in spec.get("constraints") or []:
+        if isinstance(line, str) and "[" in line.split(";")[0]:
+            problems.append(
+                f"artifact {name}: constraint {line!r} names extras, which pip refuses in "
+                "a constraint. Fix: write the name alone (ray, not ray[default])."
+            )
     for pick in spec.get("cherry_picks") or []:
         if not isinstance(pick, dict) or not pick.get("commit"):
             problems.append(
@@ -723,6 +738,82 @@ def _requirements_text(store: str, spec: dict[str, Any], manifest: dict[str, Any
     return _git(["show", f"{owner['commit']}:{req['path']}"], cwd=repo).stdout
 
 
+# ``name==version`` (with optional extras, an environment marker or a comment): a pin.
+_PIN_LINE = re.compile(
+    r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*==\s*([^\s;#,]+)\s*(?:[;#].*)?$"
+)
+
+
+def canonical_name(name: str) -> str:
+    """A distribution name as pip compares them (PEP 503): ``Py_Foo.bar`` -> ``py-foo-bar``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirement_pins(text: str) -> dict[str, str]:
+    """The exact pins of a requirements file: canonical name -> version."""
+    pins = {}
+    for line in text.splitlines():
+        m = _PIN_LINE.match(line)
+        if m:
+            pins[canonical_name(m.group(1))] = m.group(2)
+    return pins
+
+
+def _pip_sources(spec: dict[str, Any]) -> list[str]:
+    """Where pip looks: the spec's index (or pip's own configuration) and local folders."""
+    args = []
+    if spec.get("index_url"):
+        args += ["--index-url", spec["index_url"]]
+    for link in spec.get("find_links") or []:
+        args += ["--find-links", str(link)]
+    return args
+
+
+def _build_sdist_pins(
+    name: str, spec: dict[str, Any], text: str, out: str, log: Callable[[str], None]
+) -> None:
+    """Build wheels of the pins that are published as source archives only.
+
+    ``pip download --only-binary=:all:`` (needed to fetch for another platform) cannot
+    take them. They are named in ``build_from_sdist``; their versions are the pins of the
+    requirements file. Only pure-Python wheels (``*-none-any.whl``) are kept: a wheel
+    built here for this host's platform would not install on the nodes.
+    """
+    names = [str(n) for n in spec.get("build_from_sdist") or []]
+    if not names:
+        return
+    pins = requirement_pins(text)
+    unpinned = [n for n in names if canonical_name(n) not in pins]
+    if unpinned:
+        raise ArtifactError(
+            f"wheelhouse {name}: build_from_sdist names {', '.join(unpinned)}, which the "
+            "requirements do not pin as name==version. Fix: drop it from build_from_sdist "
+            "(a3rl_artifact_overrides), or pin it in the requirements."
+        )
+    wanted = [f"{n}=={pins[canonical_name(n)]}" for n in names]
+    cmd = [
+        spec.get("pip") or sys.executable, "-m", "pip", "wheel", "--quiet",
+        "--disable-pip-version-check", "--no-deps",
+        # From the source archive: only these names (their build tools may be wheels).
+        "--no-binary", ",".join(names), "-w", out, *_pip_sources(spec), *wanted,
+    ]
+    log(f"{name}: building wheels of {', '.join(wanted)} from their source archives")
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ArtifactError(
+            f"wheelhouse {name}: pip wheel of {', '.join(wanted)} failed: "
+            f"{proc.stderr.strip()[-2000:]}"
+        )
+    for wheel in sorted(os.listdir(out)):
+        if not wheel.endswith("-none-any.whl"):
+            raise ArtifactError(
+                f"wheelhouse {name}: {wheel} is not a pure-Python wheel: built here, it is "
+                "for this host's Python and platform, not the nodes'. Fix: build it on a "
+                "machine like the nodes and hand it over in a find_links folder, and drop "
+                "it from build_from_sdist."
+            )
+
+
 def fetch_wheelhouse(
     store: str,
     name: str,
@@ -730,15 +821,26 @@ def fetch_wheelhouse(
     log: Callable[[str], None],
     manifest: dict[str, Any],
 ) -> dict[str, Any]:
-    """``pip download`` the requirements for the nodes' platform into one tar file."""
+    """``pip download`` the requirements for the nodes' platform into one tar file.
+
+    The tar holds the wheels, the requirements file and ``constraints.txt`` (the spec's
+    ``constraints``: the versions the training image fixes for requirements that the
+    file leaves open). Pins listed in ``build_from_sdist`` are built into wheels first.
+    """
     text = _requirements_text(store, spec, manifest)
+    constraints = "".join(f"{line}\n" for line in spec.get("constraints") or [])
     rel = f"python/{name}.tar"
     os.makedirs(os.path.join(store, "python"), exist_ok=True)
     with tempfile.TemporaryDirectory(dir=os.path.join(store, "python")) as tmp:
         wheels = os.path.join(tmp, "wheels")
+        built = os.path.join(tmp, "built")
         os.mkdir(wheels)
+        os.mkdir(built)
         with open(os.path.join(wheels, "requirements.txt"), "w") as f:
             f.write(text)
+        with open(os.path.join(wheels, "constraints.txt"), "w") as f:
+            f.write(constraints)
+        _build_sdist_pins(name, spec, text, built, log)
         cmd = [
             spec.get("pip") or sys.executable,
             "-m",
@@ -750,6 +852,10 @@ def fetch_wheelhouse(
             wheels,
             "-r",
             os.path.join(wheels, "requirements.txt"),
+            "-c",
+            os.path.join(wheels, "constraints.txt"),
+            "--find-links",
+            built,
         ]
         if spec.get("platforms"):
             cmd += ["--only-binary=:all:"]
@@ -759,13 +865,19 @@ def fetch_wheelhouse(
             cmd += ["--python-version", str(spec["python_version"]), "--implementation", "cp"]
             if "--only-binary=:all:" not in cmd:
                 cmd += ["--only-binary=:all:"]
-        if spec.get("index_url"):
-            cmd += ["--index-url", spec["index_url"]]
+        cmd += _pip_sources(spec)
         log(f"{name}: pip download of {len(text.splitlines())} requirement lines")
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
+            hint = ""
+            if "--only-binary=:all:" in cmd:
+                hint = (
+                    " Fix: a pinned package that is published as a source archive only "
+                    "(no wheel) and is pure Python goes into the wheelhouse's "
+                    "build_from_sdist list (a3rl_artifact_overrides)."
+                )
             raise ArtifactError(
-                f"wheelhouse {name}: pip download failed: {proc.stderr.strip()[-2000:]}"
+                f"wheelhouse {name}: pip download failed: {proc.stderr.strip()[-2000:]}{hint}"
             )
         tmp_tar = os.path.join(tmp, "w.tar")
         with tarfile.open(tmp_tar, "w") as tar:

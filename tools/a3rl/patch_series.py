@@ -3,11 +3,14 @@
 Runs on the nodes as Ansible module_utils: standard library only, Python 3.8+.
 
 The recipe applies its series with ``find ./patches -type f -name "*.patch" | sort -V``
-and ``git apply --ignore-whitespace`` one by one, stopping at the first failure, and
-copies the plain ``*.py`` files under ``patches/`` to the same relative path in the tree.
-Done that way, a failure half-way leaves a half-patched tree and a second run fails on
-the patches that already applied. Here the working directory is a git repository whose
-pristine content is ``refs/a3rl/pristine`` (made by the staging step), and:
+and ``git apply --ignore-whitespace`` one by one, stopping at the first failure. The
+plain ``*.py`` files beside the patches stay where they are: the patched trees import
+them as ``patches.verl...`` from the working directory, and a patch may edit them (the
+recipe's verl 0015 edits ``patches/verl/utils/hybrid_data_parallel/hdp.py``); they are
+part of the pristine tree like any other file. Done the recipe's way, a failure half-way
+leaves a half-patched tree and a second run fails on the patches that already applied.
+Here the working directory is a git repository whose pristine content is
+``refs/a3rl/pristine`` (made by the staging step), and:
 
 - the whole series is applied in a scratch index and object directory first; the real
   index and working tree switch to the result only when every patch applied, so a
@@ -39,7 +42,6 @@ __all__ = [
     "PRISTINE_REF",
     "PatchSeriesError",
     "Patch",
-    "PlainFile",
     "Series",
     "filevercmp",
     "version_key",
@@ -53,7 +55,8 @@ PRISTINE_REF = "refs/a3rl/pristine"
 STATE_FILE = os.path.join("a3rl", "series.json")
 RECIPE_LABEL = "patches"
 EXTRA_LABEL = "extra"
-_DIGEST_FORMAT = b"a3rl-patch-series v1\n"
+# v2: the plain files beside the patches are no longer part of the series.
+_DIGEST_FORMAT = b"a3rl-patch-series v2\n"
 # Config that changes what git apply produces or prints; set on every call so a node's
 # own git config cannot make one node's tree differ from another's.
 _GIT_CONFIG = (
@@ -232,22 +235,10 @@ class Patch(NamedTuple):
     strip: int = 1
 
 
-class PlainFile(NamedTuple):
-    """A file the recipe copies into the tree; ``dest`` is relative to the workdir."""
-
-    label: str
-    path: str
-    dest: str
-    sha256: str
-    data: bytes
-    mode: str
-
-
 class Series(NamedTuple):
-    """The ordered patches, then the plain files, as ``discover`` found them."""
+    """The ordered patches, as ``discover`` found them."""
 
     patches: tuple[Patch, ...]
-    files: tuple[PlainFile, ...]
 
     @property
     def labels(self) -> list[str]:
@@ -259,8 +250,6 @@ class Series(NamedTuple):
         h = hashlib.sha256(_DIGEST_FORMAT)
         for p in self.patches:
             h.update(f"patch\0{p.label}\0{p.sha256}\0{p.strip}\n".encode())
-        for f in self.files:
-            h.update(f"file\0{f.label}\0{f.dest}\0{f.mode}\0{f.sha256}\n".encode())
         return h.hexdigest()
 
 
@@ -309,7 +298,7 @@ def discover(
     recipe_patch_dir: str, extra_patch_dirs: Sequence[str] = (), recipe_strip: int = 1
 ) -> Series:
     """The recipe's series (``patches/...`` labels), then each extra folder's (``extra/...``,
-    ``extra2/...``), and the recipe's plain ``*.py`` files with their destinations.
+    ``extra2/...``). Files other than ``*.patch`` are not part of the series.
 
     ``recipe_strip``: git apply's ``-p`` for the recipe's patches (1 + the depth of the
     recipe's folder in its repository); the extra patches are working-directory
@@ -320,13 +309,7 @@ def discover(
     for n, extra in enumerate(extra_patch_dirs):
         prefix = EXTRA_LABEL if n == 0 else f"{EXTRA_LABEL}{n + 1}"
         patches.extend(_patches(_check_dir(extra, "extra patch folder"), prefix))
-    files = []
-    for rel in version_sorted(_regular_files(root, ".py")):
-        path = os.path.join(root, rel)
-        data, digest = _read(path)
-        mode = "100755" if os.stat(path).st_mode & stat.S_IXUSR else "100644"
-        files.append(PlainFile(f"{RECIPE_LABEL}/{rel}", path, rel, digest, data, mode))
-    return Series(tuple(patches), tuple(files))
+    return Series(tuple(patches))
 
 
 # ------------------------------------------------------------------------ git
@@ -653,16 +636,6 @@ def _build(repo: _Repo, series: Series, scratch: _Scratch) -> str:
                 != 0
             )
             raise PatchSeriesError(_patch_error(git.workdir, series, n, output, corrupt))
-    for f in series.files:
-        try:
-            blob = git.out(["hash-object", "-w", "--stdin"], scratch, data=f.data)
-            git.run(["update-index", "--add", "--cacheinfo", f"{f.mode},{blob},{f.dest}"], scratch)
-        except _GitFailed as e:
-            raise PatchSeriesError(
-                f"{f.label} cannot be placed at {f.dest} in {git.workdir}: {e.output}. The "
-                "working tree, the index and the recorded series state were left unchanged. "
-                f"Fix: move or remove {f.label}."
-            ) from None
     return git.out(["write-tree"], scratch)
 
 
@@ -677,21 +650,13 @@ def _worktree_clean(repo: _Repo, scratch: _Scratch) -> bool:
 
 
 def _reverse_check(repo: _Repo, series: Series, tree: str, scratch: _Scratch) -> str:
-    """Undo the series (plain files, then patches last to first) from ``tree``: "ok" when
+    """Undo the series (patches last to first) from ``tree``: "ok" when
     that gives the pristine tree, "failed" when a patch does not reverse-apply, else
     "differs"."""
     git = repo.git
     if os.path.exists(scratch.index):
         os.unlink(scratch.index)
     git.run(["read-tree", tree], scratch)
-    for f in reversed(series.files):
-        entry = git.out(["ls-tree", "-z", repo.pristine_tree, "--", f.dest]).rstrip("\0")
-        if entry:
-            mode, _type, rest = entry.split(" ", 2)
-            blob = rest.split("\t", 1)[0]
-            git.run(["update-index", "--cacheinfo", f"{mode},{blob},{f.dest}"], scratch)
-        else:
-            git.run(["update-index", "--force-remove", "--", f.dest], scratch)
     for patch in reversed(series.patches):
         if not git.ok(
             ["apply", f"-p{patch.strip}", "-R", "--cached", "--ignore-whitespace", "-"],
@@ -766,7 +731,6 @@ def apply(workdir: str, series: Series, check: bool = False) -> dict[str, Any]:
         "changed": False,
         "state": "unchanged",
         "applied": series.labels,
-        "files": [f.dest for f in series.files],
         "digest": series.digest,
         "reason": "",
     }
@@ -804,7 +768,6 @@ def apply(workdir: str, series: Series, check: bool = False) -> dict[str, Any]:
             "pristine": repo.pristine,
             "tree": tree,
             "labels": series.labels,
-            "files": [f.dest for f in series.files],
         },
     )
     result["state"] = "applied" if reason == "first run" else "reapplied"
@@ -829,7 +792,6 @@ def reset(workdir: str, check: bool = False) -> dict[str, Any]:
         "changed": bool(reason),
         "state": "unchanged",
         "applied": [],
-        "files": [],
         "digest": "",
         "reason": reason,
         "tree": repo.pristine_tree,

@@ -10,8 +10,9 @@ description:
   - Applies the patches under I(recipe_patch_dir) in the recipe's order
     (C(find ./patches -type f -name "*.patch" | sort -V), each with
     C(git apply --ignore-whitespace)), then those of each of I(extra_patch_dirs) in the
-    same order, and places the plain C(*.py) files of I(recipe_patch_dir) at the same
-    relative path in the tree.
+    same order. The plain files beside the patches (C(*.py)) are not copied anywhere:
+    the recipe's patches import them as C(patches.verl...) from the working directory,
+    and a patch may edit them like any other tracked file.
   - The working directory must be a git repository whose pristine content is
     C(refs/a3rl/pristine) (made by M(a3rl_workdir)).
   - All or nothing. The series is applied in a scratch index first; the tracked files
@@ -87,14 +88,8 @@ applied:
   elements: str
   returned: always
   sample: [patches/megatron/0001-megatron-bugfix-x.patch, extra/0001-a3rl-feature-y.patch]
-files:
-  description: Where the plain files were placed, relative to I(workdir).
-  type: list
-  elements: str
-  returned: always
-  sample: [vllm/v1/spec_decode/sam.py]
 digest:
-  description: sha256 over the series (labels, contents, plain files); empty for I(state=pristine).
+  description: sha256 over the series (labels, contents); empty for I(state=pristine).
   type: str
   returned: always
 reason:

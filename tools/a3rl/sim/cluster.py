@@ -328,9 +328,13 @@ def up(
     hub_root = cluster.standin_dir / "hub"
     hub.write_models(hub_root)
     datasets_fixture.write_raw_datasets(hub_root)
+    up = upstreams.build(log)
+    manifest = _manifest()
     overrides = inventory.artifact_overrides(
-        upstreams.manifest_overrides(upstreams.build(log)), packages, cann_archive,
-        hub_root, _manifest(), os.uname().machine)
+        upstreams.manifest_overrides(up), packages, cann_archive,
+        hub_root, manifest, os.uname().machine,
+        wheelhouse=upstreams.wheelhouse_overrides(
+            up, list(manifest.get("recipe_wheels", {}).get("constraints") or [])))
     inventory.write(cluster, members, packages, cann_archive, npus, overrides,
                     device_ips=inventory.device_ips(cluster.subnet, members, npus))
     (cluster.state / "cluster.json").write_text(json.dumps(_params(cluster, npus)) + "\n")

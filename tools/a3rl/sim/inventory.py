@@ -126,19 +126,23 @@ def group_vars(cluster: Cluster, packages: Mapping[str, Path] | None = None,
 
 def artifact_overrides(upstream: Mapping[str, dict], packages: Mapping[str, Path],
                        cann_archive: CannArchive | None, hub_root: Path | None,
-                       manifest: Mapping[str, dict], arch: str) -> dict:
+                       manifest: Mapping[str, dict], arch: str,
+                       wheelhouse: Mapping | None = None) -> dict:
     """``a3rl_artifact_overrides`` of the simulator: where each manifest entry comes from.
 
     The frameworks and the recipe are the simulator's STAND-IN upstream repositories
     (``a3rl.sim.upstreams``); the wheelhouse is for the stand-in image's Python on this
-    host's architecture; vendor packages and the image archive are the stand-ins
-    ``sim up`` wrote. Datasets and models are STAND-IN hub repositories (``a3rl.sim.hub``,
-    ``a3rl.sim.datasets_fixture``) handed over as folders on the controller, the way a
-    site hands over files it already has (the hubs are not reachable here); the tests
-    serve the same folders through the stand-in hub to run ModelScope's client.
+    host's architecture, with ``wheelhouse`` (the stand-in packages' folder and
+    constraints, ``upstreams.wheelhouse_overrides``); vendor packages and the image
+    archive are the stand-ins ``sim up`` wrote. Datasets and models are STAND-IN hub
+    repositories (``a3rl.sim.hub``, ``a3rl.sim.datasets_fixture``) handed over as
+    folders on the controller, the way a site hands over files it already has (the hubs
+    are not reachable here); the tests serve the same folders through the stand-in hub
+    to run ModelScope's client.
     """
     ov: dict = {name: dict(spec) for name, spec in upstream.items()}
-    ov["recipe_wheels"] = {"platforms": [f"manylinux2014_{arch}", "any"], "python_version": "3.11"}
+    ov["recipe_wheels"] = {"platforms": [f"manylinux2014_{arch}", "any"], "python_version": "3.11",
+                           **(wheelhouse or {})}
     entry = {"driver": "npu_driver", "firmware": "npu_firmware"}
     for kind, path in packages.items():
         ov[entry[kind]] = {"path": str(path), "sha256": sha256_file(path)}

@@ -17,9 +17,11 @@ message), except verl, whose tree is the real verl 0.6.0 source distribution fro
   ``csrc/third_party/catlass`` whose URL is relative (``../vllm_ascend_sub.git``), so it
   resolves whether the repositories are reached by path or over http.
 * ``recipe.git`` (hicann/cann-recipes-train): ``llm_rl/qwen3`` with ``requirements.txt``,
-  ``build_project.sh``, ``apply_all_patches.sh`` and a patch series, in three commits:
-  ``clean``, ``extra`` (= ``main``: one more verl patch) and ``conflict`` (branch
-  ``conflict`` off ``clean``: a vllm_ascend patch whose context no longer matches).
+  ``build_project.sh``, ``apply_all_patches.sh`` and a patch series, in four commits:
+  ``clean``, ``extra`` (= ``main``: one more verl patch), ``conflict`` (branch
+  ``conflict`` off ``clean``: a vllm_ascend patch whose context no longer matches) and
+  ``resampler`` (branch off ``clean``: the later release with verl's length-aware
+  resampler module, which the pin lacks).
 
 The patches are made by ``git format-patch`` from a scratch repository holding the recipe's
 working directory (the "build_project" layout) at ``llm_rl/qwen3``, so, like the real
@@ -84,8 +86,13 @@ class Upstreams:
     refs: dict[str, str]            # name -> the ref an inventory pins (tag, sha)
     commits: dict[str, str]         # name -> full commit sha that ref resolves to
     verl_pick: str                  # full sha of the pr-3427 commit
-    recipe_commits: dict[str, str]  # "clean", "extra", "conflict" -> full sha
+    recipe_commits: dict[str, str]  # "clean", "extra", "conflict", "resampler" -> sha
     recipe_subdir: str = RECIPE_SUBDIR
+
+    @property
+    def index(self) -> Path:
+        """Folder of the stand-in packages (a wheelhouse's ``find_links``)."""
+        return self.root.parent / "pypi"
 
     def url(self, name: str) -> str:
         """Path of the bare repository ``name`` (usable as a git URL)."""
@@ -623,9 +630,136 @@ def _build_frameworks(scratch: Path, root: Path) -> dict[str, str]:
     return commits
 
 
+# ------------------------------------------------------------------- package index
+
+# STAND-IN packages for the two kinds of line in the recipe's requirements.txt that a
+# wheelhouse must handle (shared/reference/real-upstreams.md: pylatexenc==2.10 and
+# zmq==0.0.0 are published as source archives only; ray[default] is left unpinned while
+# the recipe's Dockerfile installs ray>=2.47.1,<=2.48.0). Served from a local folder
+# (the wheelhouse's find_links), next to the index pip already uses for the others.
+SDIST_ONLY = ("a3rl-standin-sdist-only", "2.10")
+RANGED = "a3rl-standin-ray"
+RANGED_VERSIONS = ("2.48.0", "2.58.0")   # the newest is outside the image's range
+RANGED_CONSTRAINT = f"{RANGED}>=2.47.1,<=2.48.0"
+_ZIP_DATE = (2025, 11, 20, 12, 0, 0)
+
+# An in-tree PEP 517 backend: the sdist builds with no build tool from an index, so the
+# simulator and the unit tests build it offline (the real sdists use setuptools).
+_BACKEND = _d("""
+    # STAND-IN made by a3rl's simulator: builds this source archive's pure-Python wheel.
+    import base64, hashlib, os, zipfile
+
+    NAME, VERSION = "{dist}", "{version}"
+    HERE = os.path.dirname(os.path.abspath(__file__))
+    TAGS = b"Wheel-Version: 1.0\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"
+
+
+    def _read(name):
+        with open(os.path.join(HERE, name), "rb") as f:
+            return f.read()
+
+
+    def _hash(data):
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest())
+        return "sha256=" + digest.rstrip(b"=").decode()
+
+
+    def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+        info = NAME + "-" + VERSION + ".dist-info"
+        files = {{NAME + ".py": _read(NAME + ".py"), info + "/METADATA": _read("PKG-INFO"),
+                  info + "/WHEEL": TAGS}}
+        record = "".join(n + "," + _hash(d) + "," + str(len(d)) + "\\n"
+                         for n, d in files.items())
+        files[info + "/RECORD"] = (record + info + "/RECORD,,\\n").encode()
+        wheel = NAME + "-" + VERSION + "-py3-none-any.whl"
+        with zipfile.ZipFile(os.path.join(wheel_directory, wheel), "w") as z:
+            for n, d in files.items():
+                z.writestr(zipfile.ZipInfo(n, {date}), d)
+        return wheel
+
+
+    def get_requires_for_build_wheel(config_settings=None):
+        return []
+    """)
+
+
+def _metadata(dist: str, version: str, extra: bool = False) -> str:
+    lines = ["Metadata-Version: 2.1", f"Name: {dist}", f"Version: {version}",
+             f"Summary: {NOTE}"]
+    if extra:
+        lines.append("Provides-Extra: default")
+    return "\n".join(lines) + "\n"
+
+
+def _wheel(folder: Path, dist: str, version: str, module: str, extra: bool = False) -> None:
+    import base64
+    import zipfile
+
+    mod = dist.replace("-", "_")
+    info = f"{mod}-{version}.dist-info"
+    files = {
+        f"{mod}.py": module.encode(),
+        f"{info}/METADATA": _metadata(dist, version, extra).encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: a3rl-standin\n"
+                         b"Root-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = ""
+    for n, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record += f"{n},sha256={digest},{len(data)}\n"
+    files[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
+    with zipfile.ZipFile(folder / f"{mod}-{version}-py3-none-any.whl", "w") as z:
+        for n, data in files.items():
+            z.writestr(zipfile.ZipInfo(n, _ZIP_DATE), data)
+
+
+def _sdist(folder: Path, dist: str, version: str, module: str) -> None:
+    import gzip
+    import io
+
+    mod = dist.replace("-", "_")
+    top = f"{mod}-{version}"
+    files = {
+        "PKG-INFO": _metadata(dist, version),
+        "pyproject.toml": _d("""
+            [build-system]
+            requires = []
+            build-backend = "_standin_backend"
+            backend-path = ["."]
+            """),
+        "_standin_backend.py": _BACKEND.format(dist=mod, version=version, date=_ZIP_DATE),
+        f"{mod}.py": module,
+    }
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for n, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{top}/{n}")
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    with gzip.GzipFile(folder / f"{top}.tar.gz", "wb", mtime=0) as gz:
+        gz.write(raw.getvalue())
+
+
+def _build_index(folder: Path) -> None:
+    """The stand-in packages of the recipe's requirements, as files in ``folder``."""
+    folder.mkdir(parents=True)
+    _sdist(folder, *SDIST_ONLY, _header("pylatexenc==2.10 and zmq==0.0.0",
+                                        "published as a source archive only")
+           + f'VERSION = "{SDIST_ONLY[1]}"\n')
+    for version in RANGED_VERSIONS:
+        _wheel(folder, RANGED, version, _header("ray", "unpinned in the recipe's requirements")
+               + f'VERSION = "{version}"\n', extra=True)
+
+
 # ------------------------------------------------------------------------- recipe
 
-REQUIREMENTS = "codetiming==1.4.0\ntabulate==0.9.0\n"
+REQUIREMENTS = (
+    "codetiming==1.4.0\ntabulate==0.9.0\n"
+    # Like the recipe's pylatexenc==2.10 / zmq==0.0.0 (source archive only) and its
+    # unpinned ray[default] (the image fixes the range): see "package index" above.
+    f"{SDIST_ONLY[0]}=={SDIST_ONLY[1]}\n{RANGED}[default]\n"
+)
 
 # What the recipe's build_project.sh does (it hard-codes /workspace; the stand-in lets
 # FRAMEWORKS_DIR move it). Like the recipe's, it does not stop at a failed copy.
@@ -653,10 +787,10 @@ APPLY_ALL_PATCHES_SH = _d("""
     #!/bin/bash
     # STAND-IN made by a3rl's simulator for the recipe's llm_rl/qwen3/apply_all_patches.sh:
     # every patches/**/*.patch in `sort -V` order with `git apply --ignore-whitespace`,
-    # stopping at the first failure; then the plain .py files kept beside the patches are
-    # copied to the same relative path (patches/vllm/v1/spec_decode/sam.py ->
-    # vllm/v1/spec_decode/sam.py). Run it in llm_rl/qwen3 of a recipe checkout: the
-    # patches' paths are relative to the top of the recipe repository.
+    # stopping at the first failure. Like the recipe's, it copies nothing else: the plain
+    # .py files beside the patches stay there, and the patched trees import them as
+    # `patches.verl...` from this folder. Run it in llm_rl/qwen3 of a recipe checkout:
+    # the patches' paths are relative to the top of the recipe repository.
     set -o pipefail
 
     echo "Applying patches in numerical order..."
@@ -677,14 +811,78 @@ APPLY_ALL_PATCHES_SH = _d("""
         fi
         echo "[SUCCESS]: $PATCH_REL_PATH"
     done || exit 1
-
-    find ./patches -type f -name "*.py" | sort | while IFS= read -r PY_FILE; do
-        TARGET="${PY_FILE#./patches/}"
-        mkdir -p "$(dirname "$TARGET")"
-        cp "$PY_FILE" "$TARGET"
-        echo "Copied $PY_FILE -> $TARGET"
-    done
     """)
+
+DOCKERFILE = "Dockerfile.vllm_ascend.mindspeed.qwen3"
+# The recipe's Dockerfile as published at the pin (shared/reference/real-upstreams.md):
+# frameworks cloned into /workspace, then Mooncake, whose RUN copies
+# /workspace/vllm-ascend/tools/mooncake_installer.sh before the RUN that clones
+# vllm-ascend (so the build stops there), then vLLM, vLLM-Ascend, Ray. The stand-in keeps
+# that order with no network: each "clone" is of an empty local repository.
+DOCKERFILE_TEXT = _d("""
+    # STAND-IN made by a3rl's simulator for the recipe's Dockerfile.vllm_ascend.mindspeed.qwen3:
+    # the same order of steps, and the same defect (Mooncake's step copies vllm-ascend's
+    # installer before vllm-ascend is cloned). No network: the clones are of an empty
+    # local repository. Build with --build-arg BASE=<the CANN image stand-in>.
+    ARG BASE=quay.io/ascend/cann:8.5.0-a3-openeuler24.03-py3.11
+    FROM ${BASE}
+    WORKDIR /workspace
+    RUN git init -q --bare /tmp/standin.git
+    RUN git clone -q /tmp/standin.git verl
+    RUN git clone -q /tmp/standin.git Megatron-LM
+    RUN git clone -q /tmp/standin.git MindSpeed
+    RUN mkdir -p /workspace/Mooncake && \\
+        cp /workspace/vllm-ascend/tools/mooncake_installer.sh /workspace/Mooncake/ && \\
+        cd /workspace/Mooncake && sh mooncake_installer.sh
+    RUN git clone -q /tmp/standin.git vllm
+    RUN git clone -q /tmp/standin.git vllm-ascend && \\
+        mkdir -p vllm-ascend/tools && \\
+        printf '#!/bin/sh\\ntouch /workspace/Mooncake/installed\\n' \\
+          > vllm-ascend/tools/mooncake_installer.sh
+    LABEL a3rl.standin="recipe Dockerfile stand-in (simulator only)"
+    """)
+
+HDP = "patches/verl/utils/hybrid_data_parallel/hdp.py"
+# The plain files beside the patches, at the recipe's paths (shared/reference/
+# real-upstreams.md): imported by the patched trees as `patches.<path>`, never copied.
+PLAIN_FILES = {
+    HDP: _d('''
+        # STAND-IN made by a3rl's simulator for the recipe's
+        # patches/verl/utils/hybrid_data_parallel/hdp.py: a plain file beside the patches,
+        # imported as patches.verl.utils.hybrid_data_parallel.hdp (megatron/0002) and
+        # edited by verl/0015, as the recipe's verl 0015 edits the real one.
+        """Hybrid data parallel: pack sequences into buckets of at most max_tokens."""
+
+        BINPACK = False
+
+
+        def pack_sequences_into_buckets(lengths, max_tokens):
+            buckets, current, used = [], [], 0
+            for i, n in enumerate(lengths):
+                if current and used + n > max_tokens:
+                    buckets.append(current)
+                    current, used = [], 0
+                current.append(i)
+                used += n
+            return buckets + ([current] if current else [])
+        '''),
+    "patches/vllm_ascend/spec_decode/sam_proposer.py": _d('''
+        # STAND-IN made by a3rl's simulator for the recipe's
+        # patches/vllm_ascend/spec_decode/sam_proposer.py: a plain file beside the patches
+        # (the recipe's vllm_ascend patch imports it as patches.vllm_ascend...).
+        """The SAM (suffix automaton) speculative-decoding proposer."""
+
+
+        class SAMDecodingProposer:
+            def __init__(self, vllm_config, device, runner):
+                self.vllm_config = vllm_config
+                self.device = device
+                self.runner = runner
+
+            def propose(self, sampled_token_ids):
+                return [[] for _ in sampled_token_ids]
+        '''),
+}
 
 _RECIPE_FILES = {
     "README.md": _d(f"""
@@ -702,42 +900,17 @@ _RECIPE_FILES = {
 
             bash build_project.sh        # copy the framework trees in (FRAMEWORKS_DIR)
             pip install -r requirements.txt
-            bash apply_all_patches.sh    # patches/ in `sort -V` order, then the .py files
+            bash apply_all_patches.sh    # patches/ in `sort -V` order
 
         The patches are small stand-ins made with `git format-patch`; their paths are
         relative to the top of this repository (`a/llm_rl/qwen3/...`), like the real
         recipe's. {NOTE}.
         """),
     f"{RECIPE_SUBDIR}/requirements.txt": REQUIREMENTS,
+    f"{RECIPE_SUBDIR}/{DOCKERFILE}": DOCKERFILE_TEXT,
     f"{RECIPE_SUBDIR}/build_project.sh": BUILD_PROJECT_SH,
     f"{RECIPE_SUBDIR}/apply_all_patches.sh": APPLY_ALL_PATCHES_SH,
-    f"{RECIPE_SUBDIR}/patches/vllm/v1/spec_decode/sam.py": _d('''
-        # STAND-IN made by a3rl's simulator for the recipe's patches/vllm/v1/spec_decode/sam.py
-        # (the SAM speculative-decoding proposer for vLLM), copied to vllm/v1/spec_decode/.
-        """Suffix-automaton (SAM) drafts: propose the continuation seen after the suffix."""
-
-
-        class SAMProposer:
-            def __init__(self, vllm_config):
-                self.vllm_config = vllm_config
-
-            def propose(self, sampled_token_ids):
-                return [[] for _ in sampled_token_ids]
-        '''),
-    f"{RECIPE_SUBDIR}/patches/vllm_ascend/spec_decode/sam_proposer.py": _d('''
-        # STAND-IN made by a3rl's simulator for the recipe's
-        # patches/vllm_ascend/spec_decode/sam_proposer.py, copied to vllm_ascend/spec_decode/.
-        """vLLM-Ascend's entry to the SAM proposer."""
-
-        from vllm.v1.spec_decode.sam import SAMProposer as _SAMProposer
-
-
-        class SAMProposer(_SAMProposer):
-            def __init__(self, vllm_config, device, runner):
-                super().__init__(vllm_config)
-                self.device = device
-                self.runner = runner
-        '''),
+    **{f"{RECIPE_SUBDIR}/{rel}": text for rel, text in PLAIN_FILES.items()},
     f"{RECIPE_SUBDIR}/deepscaler.py": _d(r'''
         # STAND-IN made by a3rl's simulator for the recipe's llm_rl/qwen3/deepscaler.py,
         # written from its rule as measured (shared/reference/real-upstreams.md, "Run
@@ -828,6 +1001,18 @@ _patch_verl_rollout_log_probs = _actor_key(
     "use_rollout_log_probs", "False")
 
 
+def _patch_megatron_hdp(wd: Path) -> None:
+    _edit(wd / "megatron/core/parallel_state.py",
+          '''"""Model and data parallel groups."""\n''',
+          '''"""Model and data parallel groups."""\n\n'''
+          "from patches.verl.utils.hybrid_data_parallel.hdp import pack_sequences_into_buckets"
+          "  # noqa: F401\n")
+
+
+def _patch_verl_hdp_binpack(wd: Path) -> None:
+    _edit(wd / HDP, "BINPACK = False\n", "BINPACK = True\n")
+
+
 def _patch_vllm_gc(wd: Path) -> None:
     llm = wd / "vllm/entrypoints/llm.py"
     _edit(llm, "from collections.abc import Sequence\n",
@@ -879,6 +1064,11 @@ CLEAN_SERIES = (
            "Update megatron: skip empty state tensors",
            _body("Check for empty (None) state tensors when converting optimizer state."),
            _patch_megatron),
+    _Patch("megatron/0002-megatron-feature-enable_hdp.patch",
+           "Update megatron: hybrid data parallel",
+           _body("Import the hybrid data parallel helpers from the plain file beside the "
+                 "patches,\nas patches.verl.utils.hybrid_data_parallel.hdp."),
+           _patch_megatron_hdp),
     _Patch("mindspeed/0001-mindspeed-bugfix-builder.patch", "Update mindspeed: builder",
            _body("Include <cstring> explicitly: the header is missing with openEuler 24.03's "
                  "compiler."),
@@ -890,6 +1080,12 @@ CLEAN_SERIES = (
     _Patch("verl/0002-verl-feature-onload_offload.patch", "Update verl: manual onload/offload",
            _body("Add the actor configuration key manual_onload_offload (default False)."),
            _patch_verl_offload),
+    _Patch("verl/0015-verl-feature-hdp_binpack_optimization.patch",
+           "Update verl: hdp bin-packing",
+           _body("Turn on bin-packing in the plain file beside the patches "
+                 "(patches/verl/utils/\nhybrid_data_parallel/hdp.py), as the recipe's 0015 "
+                 "edits it."),
+           _patch_verl_hdp_binpack),
     _Patch("vllm/0001-vllm-feature-disable_gc.patch",
            "Update vllm: disable gc during the decode step",
            _body("Disable garbage collection around each engine step; restore it after."),
@@ -910,6 +1106,35 @@ CONFLICT_PATCH = _Patch(
     _body("Return no drafts when the drafter is missing.\n\nMade against the unpatched "
           "runner: its context no longer matches\nonce vllm_ascend/0001 is applied."),
     _patch_vllm_ascend_conflict)
+SAMPLER = "verl/experimental/dataset/length_bucket_sampler.py"
+
+
+def _patch_verl_resampler(wd: Path) -> None:
+    _write(wd, {SAMPLER: _header("the recipe's verl patch 0019 (length-aware resampler)",
+                                 "verl.experimental.dataset.length_bucket_sampler") + _d('''
+        """Batches of similar expected response length, per epoch."""
+
+
+        class LengthAwareEpochSampler:
+            def __init__(self, data_source, data_config):
+                self.data_source = data_source
+                self.data_config = data_config
+
+            def __iter__(self):
+                return iter(range(len(self.data_source)))
+
+            def __len__(self):
+                return len(self.data_source)
+        ''')})
+
+
+# The later recipe release the seed describes (ba7be607, "add length-aware resampler for
+# veRL rollout"; shared/reference/real-upstreams.md): the pin lacks its module.
+RESAMPLER_PATCH = _Patch(
+    "verl/0019-verl-feature-length_aware_resampler.patch",
+    "Update verl: length-aware resampler",
+    _body("Add verl.experimental.dataset.length_bucket_sampler (LengthAwareEpochSampler)."),
+    _patch_verl_resampler)
 PROJECT_PATCH = _Patch(
     "0001-verl-bugfix-visible_devices_keyword.patch",
     "verl: prefer ASCEND_RT_VISIBLE_DEVICES when NPUs are present",
@@ -959,6 +1184,7 @@ def _build_recipe(scratch: Path, up_root: Path, refs: dict[str, str], pick: str,
     script.write_text(BUILD_PROJECT_SH)
     subprocess.run(["bash", str(script)], cwd=wd, check=True, capture_output=True,
                    env={**_env(), "FRAMEWORKS_DIR": str(workspace)})
+    _write(wd, PLAIN_FILES)  # a patch edits one of them
     _commit(ws, "the recipe's working directory after build_project.sh")
 
     patches = scratch / "patches"
@@ -970,6 +1196,9 @@ def _build_recipe(scratch: Path, up_root: Path, refs: dict[str, str], pick: str,
         if p.path.startswith("vllm_ascend/"):
             _git(ws, "branch", "conflict-base")
         _format_patch(ws, p, patches)
+    resampler = scratch / "patches-resampler"
+    _git(ws, "checkout", "-q", "-b", "resampler")
+    _format_patch(ws, RESAMPLER_PATCH, resampler)
     _git(ws, "checkout", "-q", "-b", "extra", "extra-base")
     _format_patch(ws, EXTRA_PATCH, extra)
     _format_patch(ws, PROJECT_PATCH, project_out, relative=True)
@@ -987,6 +1216,10 @@ def _build_recipe(scratch: Path, up_root: Path, refs: dict[str, str], pick: str,
     _git(work, "checkout", "-q", "-b", "conflict", commits["clean"])
     shutil.copytree(conflict, series, dirs_exist_ok=True)
     commits["conflict"] = _commit(work, f"Add {CONFLICT_PATCH.path} ({NOTE})")
+    _git(work, "checkout", "-q", "-b", "resampler", commits["clean"])
+    shutil.copytree(resampler, series, dirs_exist_ok=True)
+    commits["resampler"] = _commit(work, f"Add {RESAMPLER_PATCH.path}: the release with the "
+                                         f"length-aware resampler ({NOTE})")
     _git(work, "checkout", "-q", "main")
     _publish(work, up_root / "recipe.git", "hicann/cann-recipes-train")
     return commits
@@ -999,6 +1232,7 @@ def _build_into(out: Path, sdist: Path, log: Log = print) -> dict:
     """Build every repository under ``out/repos`` and return the record of pins."""
     root = out / "repos"
     root.mkdir(parents=True)
+    _build_index(out / "pypi")
     (out / "project-patches").mkdir()
     with tempfile.TemporaryDirectory(prefix="a3rl-upstreams-") as tmp:
         scratch = Path(tmp)
@@ -1061,6 +1295,15 @@ def extra_patches(dest: Path) -> list[Path]:
         shutil.copy(patch, dest / patch.name)
         written.append(dest / patch.name)
     return written
+
+
+def wheelhouse_overrides(up: Upstreams, constraints: list[str]) -> dict:
+    """What the simulator adds to the wheelhouse entry: the stand-in packages' folder and
+    the stand-in image's range for the unpinned stand-in line, after ``constraints``
+    (the manifest's own, which pip ignores for packages not required)."""
+    return {"find_links": [str(up.index)],
+            "build_from_sdist": [SDIST_ONLY[0]],
+            "constraints": [*constraints, RANGED_CONSTRAINT]}
 
 
 def manifest_overrides(up: Upstreams, base_url: str | None = None) -> dict:
