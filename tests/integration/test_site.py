@@ -71,7 +71,12 @@ def test_preflight_refuses_bad_inventory_without_changes(sim, inventory_copy, ca
 
 
 def test_preflight_refuses_missing_device_without_changes(sim):
+    # Preflight checks the devices where the driver is installed (it creates them).
     node2 = sim.members()[1]
+    if podman.exec_(node2.container, "test", "-f", "/usr/local/Ascend/driver/version.info",
+                    check=False).returncode != 0:
+        driver = play("playbooks/npu_driver.yml", sim.inventory_dir)
+        assert driver.ok, failure_text(driver)
     podman.exec_(node2.container, "rm", "/dev/davinci7")
     try:
         before = mark(sim)
