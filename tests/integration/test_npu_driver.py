@@ -196,6 +196,8 @@ def test_altered_package_is_refused_and_nothing_installed(provisioned, old_drive
         in text
     assert "Nothing was installed" in text
     assert all(installed(n) == "25.3.rc1" for n in provisioned.members())
+    # The container (stopped for the downgrade) was started again after the refusal.
+    assert all(train_container_id(n).endswith(" true") for n in provisioned.members())
 
 
 def test_reboot_only_when_allowed_then_cleared(provisioned):
