@@ -68,6 +68,7 @@ class FilterModule:
             "a3rl_registry_host": images.registry_host,
             "a3rl_dockerfile_fixed": _clear_errors(images.dockerfile_fixed),
             "a3rl_package_action": npu.package_action,
+            "a3rl_npu_driver_plan": npu.driver_plan,
             "a3rl_parse_npu_smi_info": npu.parse_npu_smi_info,
             "a3rl_npu_health_problems": npu.npu_health_problems,
             "a3rl_container_devices": npu.container_devices,

@@ -101,6 +101,23 @@ def events(result: PlayResult) -> list[dict]:
     return sorted(found, key=lambda e: e.get("counter", 0))
 
 
+def installer_runs(result: PlayResult) -> list[tuple[str, str, str, str]]:
+    """(start, end, host, kind) of each vendor installer run of a play, in start order."""
+    runs = []
+    for ev in events(result):
+        data = ev.get("event_data", {})
+        task = data.get("task", "")
+        if ev.get("event") == "runner_on_ok" and "Run the vendor installer" in task:
+            kind = "driver" if "for the driver" in task else "firmware"
+            runs.append((data["start"], data["end"], data["host"], kind))
+    return sorted(runs)
+
+
+def kinds_in_order(result: PlayResult, host: str) -> list[str]:
+    """The vendor packages the play installed on ``host``, in the order it ran them."""
+    return [kind for _, _, h, kind in installer_runs(result) if h == host]
+
+
 def failure_text(result: PlayResult) -> str:
     return "\n".join(f"{h} | {t} | {m}" for h, t, m in result.failures)
 

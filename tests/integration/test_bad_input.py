@@ -24,6 +24,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from a3rl.sim import podman
+
 from .conftest import failure_text, mark, play, snapshot
 from .reliability_plugin import row
 
@@ -142,6 +144,9 @@ class Case:
     edit: Edit | None = None
     extravars: dict = field(default_factory=dict)
     host: str = ""  # the host the failure is reported on, when not named in the message
+    # Checked only where the NPU driver is installed (it creates the devices): the case
+    # installs it first where missing.
+    needs_driver: bool = False
 
 
 CASES: dict[str, Case] = {
@@ -170,7 +175,7 @@ CASES: dict[str, Case] = {
     "npus_per_node not matching the devices": Case("preflight (node)", SITE, (
         "node2: found 16 NPU devices, expected npus_per_node=8",
         "Fix: check the NPUs with `npu-smi info`", "Preflight failed on node2"),
-        _node2("npus_per_node", 8)),
+        _node2("npus_per_node", 8), needs_driver=True),
     "a cluster_ip on no interface of the node": Case("preflight (node)", SITE, (
         "node2: cluster_ip 10.213.", "is not on any interface of the node",
         "Fix: set cluster_ip to one of these"), _hosts(_foreign_ip)),
@@ -407,6 +412,12 @@ def test_refused_before_any_node_changes(sim, unchanged, tmp_path, record_proper
     row(record_property, "bad_input", name, "refused, nodes unchanged",
         refused_by=case.refused_by)
     inventory = sim.inventory_dir
+    if case.needs_driver and any(
+            podman.exec_(n.container, "test", "-f", "/usr/local/Ascend/driver/version.info",
+                         check=False).returncode != 0 for n in sim.members()):
+        driver = play("playbooks/npu_driver.yml", sim.inventory_dir)
+        assert driver.ok, failure_text(driver)
+        unchanged["state"] = mark(sim)
     if case.edit:
         inventory = tmp_path / "inventory"
         shutil.copytree(sim.inventory_dir, inventory)

@@ -1,5 +1,7 @@
-"""The npu_driver role on the simulator, with the stand-in vendor packages: install,
-idempotence, upgrade in batches, refusals (downgrade, bad checksum, sick chip), reboot."""
+"""The npu_driver role on the simulator, with the stand-in vendor packages: install on
+bare nodes (driver, then firmware), idempotence, upgrade in batches on the running
+cluster (firmware first; Ray and the training container stopped and brought back),
+refusals (a running job, downgrade, bad checksum, sick chip), reboot."""
 
 from __future__ import annotations
 
@@ -11,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from a3rl.sim import cluster, podman
-from a3rl.sim.standins import build_driver_run
+from a3rl.sim.standins import build_driver_run, build_firmware_run
 
-from .conftest import failure_text, play, provision
+from .conftest import failure_text, installer_runs, kinds_in_order, play, provision
 
 PLAY = "playbooks/npu_driver.yml"
 
@@ -45,12 +47,26 @@ def provisioned(sim):
 
 
 @pytest.fixture(scope="module")
-def old_driver(tmp_path_factory) -> tuple[Path, str]:
-    pkg = build_driver_run("25.2.1", tmp_path_factory.mktemp("old"))
-    return pkg, hashlib.sha256(pkg.read_bytes()).hexdigest()
+def old_packages(tmp_path_factory) -> dict[str, object]:
+    out = tmp_path_factory.mktemp("old")
+    driver = build_driver_run("25.2.1", out)
+    firmware = build_firmware_run("7.7.0.1.231", out)
+    return {"npu_driver_version": "25.2.1", "npu_driver_driver_src": str(driver),
+            "npu_driver_driver_sha256": hashlib.sha256(driver.read_bytes()).hexdigest(),
+            "npu_driver_firmware_version": "7.7.0.1.231",
+            "npu_driver_firmware_src": str(firmware),
+            "npu_driver_firmware_sha256": hashlib.sha256(firmware.read_bytes()).hexdigest()}
+
+
+@pytest.fixture(scope="module")
+def old_driver(old_packages) -> tuple[Path, str]:
+    return Path(str(old_packages["npu_driver_driver_src"])), str(
+        old_packages["npu_driver_driver_sha256"])
 
 
 def test_fresh_install_then_idempotent(provisioned):
+    # On bare nodes the driver goes first, then the firmware: test_site's fresh run
+    # checks that order (this module's cluster may have been provisioned before it).
     # The NPU check itself waits for the reboot; see the last two tests.
     for node in provisioned.members():
         assert installed(node) == "25.3.rc1"
@@ -67,33 +83,77 @@ def _old(pkg_sha: tuple[Path, str], **extra) -> dict:
             "npu_driver_driver_sha256": sha, **extra}
 
 
-def test_downgrade_refused_then_upgrade_rolls_in_batches(provisioned, old_driver):
-    refused = play(PLAY, provisioned.inventory_dir, extravars=_old(old_driver))
+def ray_members(sim: cluster.Cluster) -> list[str]:
+    """The live Ray nodes' addresses, read on the head (empty when Ray does not answer)."""
+    out = podman.exec_(sim.members()[0].container, "curl", "-sf", "-m", "5",
+                       "http://127.0.0.1:8260/api/v0/nodes?detail=true", check=False)
+    if out.returncode != 0:
+        return []
+    nodes = json.loads(out.stdout)["data"]["result"]["result"]
+    return sorted(n["node_ip"] for n in nodes if n["state"] == "ALIVE")
+
+
+def train_container_id(node: cluster.Node) -> str:
+    return podman.exec_(node.container, "docker", "inspect", "-f", "{{.Id}} {{.State.Running}}",
+                        "a3rl-train").stdout.strip()
+
+
+def in_train(node: cluster.Node, script: str) -> str:
+    return podman.exec_(node.container, "docker", "exec", "a3rl-train", "sh", "-c",
+                        script).stdout
+
+
+def test_upgrade_is_refused_while_a_job_runs_naming_it(provisioned, old_packages):
+    head = provisioned.members()[0]
+    in_train(head, "ray job submit --address http://127.0.0.1:8260 --no-wait "
+                   "--submission-id a3rl-test-upgrade-sleeper -- sleep 300")
+    try:
+        refused = play(PLAY, provisioned.inventory_dir,
+                       extravars={**old_packages, "npu_driver_allow_downgrade": True})
+        assert not refused.ok
+        text = failure_text(refused)
+        assert "a job is running on the cluster: " in text and "a3rl-test-upgrade-sleeper" in text
+        assert "npu_driver_force=true" in text
+        assert refused.changed == 0
+        assert all(installed(n) == "25.3.rc1" for n in provisioned.members())
+    finally:
+        in_train(head, "ray job stop --address http://127.0.0.1:8260 "
+                       "a3rl-test-upgrade-sleeper >/dev/null 2>&1 || true")
+
+
+def test_downgrade_refused_then_upgrade_rolls_in_batches(provisioned, old_packages):
+    nodes = provisioned.members()
+    refused = play(PLAY, provisioned.inventory_dir, extravars=old_packages)
     assert not refused.ok
     assert "the installed driver 25.3.rc1 is newer than the pinned 25.2.1" in \
         failure_text(refused)
-    assert all(installed(n) == "25.3.rc1" for n in provisioned.members())
+    assert all(installed(n) == "25.3.rc1" for n in nodes)
 
+    # On the running cluster: the idle training container and Ray are stopped for the
+    # installer and brought back, the same container, Ray with every node.
+    containers = {n.hostname: train_container_id(n) for n in nodes}
+    assert all(c.endswith(" true") for c in containers.values()), containers
+    members = ray_members(provisioned)
+    assert members == sorted(n.ip for n in nodes)
     down = play(PLAY, provisioned.inventory_dir,
-                extravars=_old(old_driver, npu_driver_allow_downgrade=True))
+                extravars={**old_packages, "npu_driver_allow_downgrade": True})
     assert down.ok, failure_text(down)
-    assert all(installed(n) == "25.2.1" for n in provisioned.members())
+    assert all(installed(n) == "25.2.1" for n in nodes)
+    assert all(installed(n, "firmware") == "7.7.0.1.231" for n in nodes)
 
     up = play(PLAY, provisioned.inventory_dir)
     assert up.ok, failure_text(up)
-    assert all(installed(n) == "25.3.rc1" for n in provisioned.members())
-    # serial: the installer ran on one node, then the other, never both at once.
-    runs = []
-    for f in (up.record / "artifacts").rglob("job_events/*.json"):
-        ev = json.loads(f.read_text())
-        data = ev.get("event_data", {})
-        task = data.get("task", "")
-        if ev.get("event") == "runner_on_ok" and "vendor installer" in task \
-                and "for the driver" in task:
-            runs.append((data["start"], data["end"], data["host"]))
-    runs.sort()
-    assert [h for _, _, h in runs] == ["node1", "node2"]
-    assert runs[0][1] <= runs[1][0]
+    assert all(installed(n) == "25.3.rc1" for n in nodes)
+    assert all(installed(n, "firmware") == "7.8.0.2.212" for n in nodes)
+    # An upgrade: the firmware first, then the driver, on each node.
+    for n in nodes:
+        assert kinds_in_order(up, n.hostname) == ["firmware", "driver"]
+    # serial: the installers ran on one node, then the other, never both at once.
+    runs = installer_runs(up)
+    assert [h for _, _, h, _ in runs] == ["node1", "node1", "node2", "node2"]
+    assert runs[1][1] <= runs[2][0]
+    assert {n.hostname: train_container_id(n) for n in nodes} == containers
+    assert ray_members(provisioned) == members
     assert play(PLAY, provisioned.inventory_dir).changed == 0
 
 
@@ -108,6 +168,8 @@ def test_altered_package_is_refused_and_nothing_installed(provisioned, old_drive
         in text
     assert "Nothing was installed" in text
     assert all(installed(n) == "25.3.rc1" for n in provisioned.members())
+    # The container (stopped for the downgrade) was started again after the refusal.
+    assert all(train_container_id(n).endswith(" true") for n in provisioned.members())
 
 
 def test_reboot_only_when_allowed_then_cleared(provisioned):

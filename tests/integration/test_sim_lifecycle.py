@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 from a3rl.cli import main
 from a3rl.sim import cluster, podman
@@ -46,8 +47,12 @@ def test_up_status_reuse_down(capsys):
     assert podman.exec_(node, "test", "-e", "/usr/local/Ascend", check=False).returncode == 1
     assert podman.exec_(node, "sh", "-c", "command -v docker", check=False).returncode != 0
 
-    # The stand-in driver installs on a node with the vendor's command line, and its
-    # npu-smi sees the node's 16 stand-in devices (8 A3 cards x 2 chips) ...
+    # A new node is bare, like a new A3 machine: no NPU device nodes, no npu-smi ...
+    assert podman.exec_(node, "sh", "-c", "ls /dev | grep -c '^davinci'",
+                        check=False).stdout.strip() == "0"
+    assert podman.exec_(node, "sh", "-c", "command -v npu-smi", check=False).returncode != 0
+    # ... the stand-in driver installs with the vendor's command line and makes them, and
+    # its npu-smi sees the node's 16 stand-in devices (8 A3 cards x 2 chips) ...
     [driver] = c.standin_dir.glob("Atlas-A3-hdk-npu-driver_*.run")
     podman.run(["cp", str(driver), f"{node}:/tmp/driver.run"])
     assert "All good" in podman.exec_(node, "bash", "/tmp/driver.run", "--check").stdout
@@ -57,6 +62,13 @@ def test_up_status_reuse_down(capsys):
     assert rc in (0, 2)  # 2 = installed, reboot needed (the vendor's code)
     info = podman.exec_(node, "npu-smi", "info").stdout
     assert info.count("Ascend910") == 16 and "Critical" not in info
+    # ... and after a reboot they are there again, because the driver is installed.
+    podman.run(["restart", "-t", "5", node])
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and podman.exec_(
+            node, "sh", "-c", "ls /dev | grep -c '^davinci'", check=False).stdout.strip() != "19":
+        time.sleep(1)
+    assert podman.exec_(node, "npu-smi", "info").stdout.count("Ascend910") == 16
     # ... and the NPU-health knob reaches it through the node's bind-mounted config.
     assert main(["sim", "npu-health", "--name", NAME, "--node", "node1", "--npu", "3"]) == 0
     assert "3 Critical" in podman.exec_(node, "cat", "/etc/a3rl-sim/npu-health").stdout
@@ -84,7 +96,7 @@ def test_up_replaces_a_stale_cluster_of_another_size():
         states = {c["Names"][0]: c["State"] for c in podman.containers(f"{cluster.LABEL}={NAME}")}
         assert states == {f"a3rl-{NAME}-node1": "running", f"a3rl-{NAME}-node2": "running"}
         rows = cluster.status(NAME)
-        assert [r["npus"] for r in rows] == [16, 16]
+        assert [r["npus"] for r in rows] == [0, 0]  # new nodes: no driver, no devices
         assert all(r["ssh"] for r in rows)
     finally:
         main(["sim", "down", "--name", NAME])

@@ -10,7 +10,7 @@ import pytest
 
 from a3rl.sim import cluster, podman
 
-from .conftest import failure_text, mark, play, snapshot
+from .conftest import failure_text, kinds_in_order, mark, play, snapshot
 
 DRIVER_VERSION_INFO = "/usr/local/Ascend/driver/version.info"
 
@@ -22,7 +22,7 @@ def _provisioned(c: cluster.Cluster) -> bool:
 
 
 def test_site_passes_from_fresh_nodes_and_second_run_changes_nothing(sim):
-    """site.yml from fresh nodes to a running cluster on Ansible's default strategy: the
+    """site.yml from bare nodes to a running cluster on Ansible's default strategy: the
     one such run the suite relies on, since module fixtures provision under Mitogen
     (conftest.provision). When an earlier module on this worker provisioned its cluster
     already, a fresh cluster of this test's own is brought up for it."""
@@ -31,11 +31,21 @@ def test_site_passes_from_fresh_nodes_and_second_run_changes_nothing(sim):
         own = cluster.up(f"{sim.name}-site", nodes=sim.nodes, log=print)
         target = own
     try:
+        # Bare, as new A3 machines: no NPU devices and no npu-smi before the driver.
         assert not _provisioned(target)
+        for node in target.members():
+            bare = podman.exec_(node.container, "sh", "-c",
+                                "ls /dev | grep -c '^davinci' ; command -v npu-smi",
+                                check=False)
+            assert bare.stdout.split()[:1] == ["0"] and "npu-smi" not in bare.stdout, \
+                bare.stdout
         first = play("site.yml", target.inventory_dir)
         assert first.ok, failure_text(first)
         assert set(first.stats["ok"]) == {"node1", "node2"}
         assert first.changed > 0
+        # A fresh node: the driver first, then the firmware (the vendor's order).
+        for node in target.members():
+            assert kinds_in_order(first, node.hostname) == ["driver", "firmware"]
         second = play("site.yml", target.inventory_dir)
         assert second.ok, failure_text(second)
         assert second.changed == 0, second.stats["changed"]
@@ -93,7 +103,12 @@ def test_preflight_refuses_bad_inventory_without_changes(sim, inventory_copy, ca
 
 
 def test_preflight_refuses_missing_device_without_changes(sim):
+    # Preflight checks the devices where the driver is installed (it creates them).
     node2 = sim.members()[1]
+    if podman.exec_(node2.container, "test", "-f", "/usr/local/Ascend/driver/version.info",
+                    check=False).returncode != 0:
+        driver = play("playbooks/npu_driver.yml", sim.inventory_dir)
+        assert driver.ok, failure_text(driver)
     podman.exec_(node2.container, "rm", "/dev/davinci7")
     try:
         before = mark(sim)

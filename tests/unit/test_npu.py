@@ -143,3 +143,43 @@ def test_parse_older_layout():
         (0, 0, None, "OK"), (1, 0, None, "Warning")]
     [msg] = npu.npu_health_problems("n1", chips, 2)
     assert msg.startswith("n1: NPU 1 chip 0 reports health Warning")
+
+
+PINS = {"driver": "25.3.rc1", "firmware": "7.8.0.2.212"}
+
+
+def test_new_node_gets_the_driver_first_and_nothing_is_stopped():
+    plan = npu.driver_plan({"driver": "", "firmware": ""}, PINS)
+    assert plan["order"] == ["driver", "firmware"]
+    assert plan["actions"] == {"driver": "install", "firmware": "install"}
+    assert plan["changes"] and not plan["disrupts"]
+
+
+@pytest.mark.parametrize("installed", [
+    {"driver": "25.2.1", "firmware": "7.7.0.1.231"},  # both upgraded
+    {"driver": "25.2.1", "firmware": "7.8.0.2.212"},  # the driver only
+    {"driver": "25.3.rc1", "firmware": "7.7.0.1.231"},  # the firmware only
+    {"driver": "25.3.rc1", "firmware": ""},  # firmware missing beside a driver
+])
+def test_upgrade_puts_the_firmware_first_and_stops_what_holds_the_devices(installed):
+    plan = npu.driver_plan(installed, PINS)
+    assert plan["order"] == ["firmware", "driver"]
+    assert plan["changes"] and plan["disrupts"]
+
+
+def test_current_or_compatible_node_changes_nothing():
+    for have in ({"driver": "25.3.rc1", "firmware": "7.8.0.2.212"},
+                 {"driver": "25.3.rc1.2", "firmware": "7.8.0.2.212"}):
+        plan = npu.driver_plan(have, PINS)
+        assert not plan["changes"] and not plan["disrupts"] and plan["refused"] == []
+
+
+def test_a_refused_downgrade_is_named_before_anything_runs():
+    plan = npu.driver_plan({"driver": "25.3.rc2", "firmware": "7.7.0.1.231"}, PINS, host="n2")
+    assert plan["refused"] == [
+        "n2: the installed driver 25.3.rc2 is newer than the pinned 25.3.rc1. Fix: pin "
+        "25.3.rc2, or set npu_driver_allow_downgrade: true to install the older one."]
+    allowed = npu.driver_plan({"driver": "25.3.rc2", "firmware": "7.8.0.2.212"}, PINS,
+                              allow_downgrade=True)
+    assert allowed["refused"] == [] and allowed["actions"]["driver"] == "downgrade"
+    assert allowed["disrupts"]

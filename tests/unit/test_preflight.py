@@ -126,6 +126,16 @@ def test_more_devices_than_declared():
     assert "found 16 NPU devices, expected npus_per_node=8" in msg
 
 
+def test_devices_are_not_checked_where_the_driver_is_not_installed():
+    # A new node: no driver, no device nodes; the npu_driver role checks them afterwards.
+    assert pf.npu_device_problems("n1", [], 16, MGMT, driver_installed=False) == []
+    assert pf.npu_device_problems("n1", _devs(8), 16, MGMT, driver_installed=False) == []
+    # Where the driver is installed its device nodes must be there.
+    [msg, mgmt] = pf.npu_device_problems("n1", [], 16, MGMT, driver_installed=True)
+    assert "found 0 NPU devices, expected npus_per_node=16" in msg
+    assert "/dev/davinci_manager" in mgmt
+
+
 def test_management_device_missing():
     paths = [p for p in _devs(16) if not p.endswith("hisi_hdc")]
     [msg] = pf.npu_device_problems("n1", paths, 16, MGMT)

@@ -38,20 +38,26 @@ def pkgs(tmp_path_factory) -> dict[str, Path]:
     }
 
 
+DEVICES = [f"davinci{i}" for i in range(16)] + ["davinci_manager", "devmm_svm", "hisi_hdc"]
+
+
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    """A node's root: the run user, 16 dies and the management devices (plain files)."""
+    """A new node's root: the run user, and no NPU device files (the driver makes them)."""
     (tmp_path / "etc").mkdir()
     (tmp_path / "etc/passwd").write_text(
         "root:x:0:0:root:/root:/bin/bash\n"
         "HwHiAiUser:x:1000:1000::/home/HwHiAiUser:/bin/bash\n")
     (tmp_path / "etc/group").write_text("root:x:0:\nHwHiAiUser:x:1000:\n")
-    dev = tmp_path / "dev"
-    dev.mkdir()
-    for name in [f"davinci{i}" for i in range(16)] + ["davinci_manager", "devmm_svm",
-                                                      "hisi_hdc"]:
-        (dev / name).touch()
+    (tmp_path / "dev").mkdir()
     return tmp_path
+
+
+def with_devices(root: Path) -> Path:
+    """The device files a node with a loaded driver has (plain files here)."""
+    for name in DEVICES:
+        (root / "dev" / name).touch()
+    return root
 
 
 def run(cmd: list[str | Path], root: Path, stdin: str | None = None,
@@ -413,6 +419,7 @@ def test_npu_smi_without_driver_or_devices_fails_like_the_real_one(root) -> None
     assert run([tool, "info"], root).stdout == "dcmi module initialize failed. ret is -8005\n"
     (root / DRIVER_INFO).parent.mkdir(parents=True)
     (root / DRIVER_INFO).write_text(f"Version={NEW_DRIVER}\n")
+    with_devices(root)
     assert run([tool, "info", "-l"], root).returncode == 0
     for dev in (root / "dev").glob("davinci*"):
         dev.unlink()
@@ -420,7 +427,7 @@ def test_npu_smi_without_driver_or_devices_fails_like_the_real_one(root) -> None
 
 
 def test_npu_smi_exact_output_for_two_dies(root) -> None:
-    for dev in (root / "dev").glob("davinci[0-9]*"):
+    for dev in with_devices(root).joinpath("dev").glob("davinci[0-9]*"):
         if dev.name not in ("davinci0", "davinci1"):
             dev.unlink()
     (root / DRIVER_INFO).parent.mkdir(parents=True)
@@ -457,3 +464,100 @@ def test_driver_reports_a_patch_level_version(root, tmp_path) -> None:
     install_driver(pkg, root)
     assert kv(root / DRIVER_INFO)["Version"] == "25.3.rc1.2"
     assert "driver version :25.3.rc1.2" in run([pkg, "--version"], root).stdout
+
+
+# --- device nodes: none before the driver; in use, the driver refuses ------------------
+
+BOOT_DEVICES = REPO / "tools/a3rl/sim/files/rootfs/usr/local/lib/a3rl-sim/standin-devices"
+
+
+def devices(root: Path) -> list[str]:
+    return sorted(p.name for p in (root / "dev").iterdir())
+
+
+def test_driver_makes_the_device_nodes_a_new_node_lacks(pkgs, root) -> None:
+    assert devices(root) == []
+    assert not (root / "usr/local/sbin/npu-smi").exists()
+    (root / "etc/a3rl-sim").mkdir()
+    (root / "etc/a3rl-sim/node.conf").write_text("NPUS=4\n")
+    install_driver(pkgs["new"], root)
+    assert devices(root) == sorted([f"davinci{i}" for i in range(4)]
+                                   + ["davinci_manager", "devmm_svm", "hisi_hdc"])
+    assert (root / "usr/local/sbin/npu-smi").exists()
+
+
+def test_boot_makes_the_devices_only_where_the_driver_is_installed(pkgs, root) -> None:
+    boot = run([BOOT_DEVICES], root)
+    assert boot.returncode == 0 and "no Ascend driver installed" in boot.stdout
+    assert devices(root) == []
+    install_driver(pkgs["new"], root, "--install-path=/opt")
+    for dev in (root / "dev").iterdir():  # a reboot: the device nodes are gone ...
+        dev.unlink()
+    assert run([BOOT_DEVICES], root).returncode == 0
+    assert devices(root) == sorted(DEVICES)  # ... and the installed driver makes them again
+
+
+@pytest.fixture
+def holder(root: Path):
+    """A process with /dev/davinci3 open, as a training process has on a real node."""
+    def hold(name: str = "davinci3") -> subprocess.Popen:
+        proc = subprocess.Popen(["sh", "-c", f"exec 3<'{root}/dev/{name}'; echo held; sleep 60"],
+                                stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None and proc.stdout.readline() == "held\n"
+        started.append(proc)
+        return proc
+    started: list[subprocess.Popen] = []
+    yield hold
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+OCCUPIED = ("[ERROR]The davinci nodes are occupied by some processes, please stop processes "
+            "and install or uninstall again, details in : "
+            "/var/log/ascend_seclog/ascend_install.log")
+
+
+@pytest.mark.parametrize("args", [["--upgrade", "--quiet"], ["--full", "--quiet"],
+                                  ["--uninstall"]])
+def test_driver_refuses_while_a_process_holds_a_device(pkgs, root, holder, args) -> None:
+    install_driver(pkgs["old"], root)
+    proc = holder()
+    refused = run([pkgs["new"], *args], root)
+    assert refused.returncode == 1
+    assert OCCUPIED in refused.stdout
+    assert "add the force parameter" in refused.stdout
+    log = (root / "var/log/ascend_seclog/ascend_install.log").read_text()
+    assert f"[WARNING]NPU device files have user process: {proc.pid}" in log
+    assert kv(root / DRIVER_INFO)["Version"] == OLD_DRIVER  # nothing was replaced
+    assert "failed" in (root / "var/log/ascend_seclog/operation.log").read_text().splitlines()[-1]
+
+
+def test_driver_goes_on_when_forced_or_when_nothing_is_installed(pkgs, root, holder) -> None:
+    with_devices(root)
+    holder()
+    install_driver(pkgs["old"], root)  # a first install replaces nothing: not checked
+    forced = run([pkgs["new"], "--upgrade", "--quiet", "--force"], root)
+    assert forced.returncode == 2, forced.stdout
+    assert kv(root / DRIVER_INFO)["Version"] == NEW_DRIVER
+
+
+def test_driver_refuses_while_a_running_container_has_the_devices(pkgs, root, tmp_path) -> None:
+    """The vendor's checkUserDocker: `docker inspect` of the running containers names a
+    management device (a `docker` stand-in on PATH answers like the engine)."""
+    install_driver(pkgs["old"], root)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(
+        "#!/bin/sh\ncase \"$1\" in\n  ps) echo 0123abcd ;;\n"
+        "  inspect) echo '[{\"HostConfig\": {\"Devices\": [{\"PathOnHost\": "
+        "\"/dev/davinci_manager\"}]}}]' ;;\nesac\n")
+    (bin_dir / "docker").chmod(0o755)
+    env_path = f"{bin_dir}:{os.environ['PATH']}"
+    proc = subprocess.run([str(pkgs["new"]), "--upgrade", "--quiet"], text=True,
+                          capture_output=True, stdin=subprocess.DEVNULL, timeout=60,
+                          env={**os.environ, "PATH": env_path, "A3RL_STANDIN_ROOT": str(root)})
+    assert proc.returncode == 1 and OCCUPIED in ANSI.sub("", proc.stdout)
+    log = (root / "var/log/ascend_seclog/ascend_install.log").read_text()
+    assert "[WARNING]/dev/davinci_manager has used by docker" in log
+    assert kv(root / DRIVER_INFO)["Version"] == OLD_DRIVER

@@ -85,6 +85,46 @@ def package_action(installed: str | None, wanted: str, allow_downgrade: bool = F
     return "compatible" if release_key(installed) == release_key(wanted) else "refuse"
 
 
+# What a package action changes on the node (``none`` and ``compatible`` keep it).
+_CHANGES = ("install", "upgrade", "downgrade")
+
+
+def package_order(driver_installed: bool) -> list[str]:
+    """The order the two HDK packages go in: on a new node the driver first (the firmware
+    installer needs it); where a driver is installed (an upgrade) the firmware first, then
+    the driver (ascend-deployer's ``install_npu.yml``; the A3 HDK upgrade guides)."""
+    return ["firmware", "driver"] if driver_installed else ["driver", "firmware"]
+
+
+def driver_plan(installed: dict[str, str], wanted: dict[str, str],
+                allow_downgrade: bool = False, host: str = "node") -> dict[str, Any]:
+    """What the npu_driver role does on one node, from the installed versions
+    (``{"driver": "25.2.1", "firmware": ""}``, empty = not installed) and the pins.
+
+    ``actions``: ``package_action`` per package; ``order``: ``package_order``;
+    ``refused``: a message per package whose action is ``refuse`` (a newer installed
+    release than the pin, naming ``host`` and the fix); ``changes``: whether any
+    package is installed, upgraded or downgraded; ``disrupts``: a change on a node whose
+    driver is installed, where the training container and Ray hold the devices (the
+    driver's installer refuses while they do) and must be stopped first.
+    """
+    actions = {kind: package_action(installed.get(kind) or None, wanted[kind], allow_downgrade)
+               for kind in ("driver", "firmware")}
+    driver_installed = bool(installed.get("driver"))
+    changes = any(a in _CHANGES for a in actions.values())
+    return {
+        "have": {kind: installed.get(kind) or "" for kind in actions},
+        "actions": actions,
+        "order": package_order(driver_installed),
+        "refused": [f"{host}: the installed {kind} {installed[kind]} is newer than the pinned "
+                    f"{wanted[kind]}. Fix: pin {installed[kind]}, or set "
+                    "npu_driver_allow_downgrade: true to install the older one."
+                    for kind in ("driver", "firmware") if actions[kind] == "refuse"],
+        "changes": changes,
+        "disrupts": changes and driver_installed,
+    }
+
+
 _BUS_ID = re.compile(r"^[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
 
 

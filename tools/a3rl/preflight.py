@@ -185,8 +185,16 @@ def nic_problems(host: str, facts: Mapping[str, Any], cluster_ip: str,
 
 
 def npu_device_problems(host: str, paths: Iterable[str], npus_per_node: int,
-                        management: Sequence[str]) -> list[str]:
-    """``/dev/davinci0..N-1`` and the management devices must all exist, and no more NPUs."""
+                        management: Sequence[str], driver_installed: bool = True) -> list[str]:
+    """``/dev/davinci0..N-1`` and the management devices must all exist, and no more NPUs.
+
+    The Ascend driver creates these device nodes: a node without the driver has none, and
+    that is a node to install, not a fault (ascend-deployer checks them only where
+    ``driver/version.info`` exists). So with ``driver_installed`` false nothing is
+    checked here; the npu_driver role checks them after it installed the driver.
+    """
+    if not driver_installed:
+        return []
     names = {p.rsplit("/", 1)[-1] for p in paths}
     found = sorted(int(n[len("davinci"):]) for n in names
                    if n.startswith("davinci") and n[len("davinci"):].isdigit())

@@ -372,7 +372,7 @@ base_version=""
 [ -n "$inst_path" ] && base_version=$(installed_version "$inst_path")
 if [ -n "$base_version" ]; then both "[INFO]base version is $base_version."; else log "[INFO]base version was destroyed or not exist."; fi
 
-i=0 j=0 full=n run=n upgrade=n uninstall=n version=n quiet=n check=n input_for_all=n for_all=no
+i=0 j=0 full=n run=n upgrade=n uninstall=n version=n quiet=n check=n input_for_all=n for_all=no force=n
 in_user=n in_group=n username="" usergroup="" in_path=n path_arg="" installType="" operation=Install
 unrecognized() { usage_error "[ERROR]ERR_NO:0x0004;ERR_DES: Unrecognized parameters: $1. Try './xxx.run --help' for more information."; }
 unique() { [ -z "$installType" ] || usage_error "[ERROR]ERR_NO:0x0004;ERR_DES:only support one type: full/run/docker/devel/boot-server, operation failed!"; }
@@ -385,6 +385,9 @@ while [ $# -gt 0 ]; do
         --quiet) i=$((i+1)); quiet=y ;;
         --check) i=$((i+1)); check=y ;;
         --install-for-all) input_for_all=y; for_all=yes ;;
+        --force)
+            [ "$PKG_KIND" = driver ] || unrecognized "$1"
+            force=y ;;
         --run)
             [ "$PKG_KIND" = driver ] || unrecognized "$1"
             i=$((i+1)); j=$((j+1)); unique; installType=run; run=y ;;
@@ -471,6 +474,51 @@ if [ "$PKG_KIND" = driver ] && [ $uninstall = n ]; then
     say "[INFO]set username and usergroup, ${username}:${usergroup}"
 fi
 
+# The device nodes the driver's kernel modules create (stand-in: the null device's numbers;
+# plain files under the test-hook root). NPUS from the simulator's node.conf.
+make_devices() {
+    local npus=16 d
+    [ -r "$KNOBS/node.conf" ] && npus=$(sed -n 's/^NPUS=//p' "$KNOBS/node.conf" | tail -n 1)
+    mkdir -p "$ROOT/dev"
+    for d in $(seq 0 $((npus - 1)) | sed 's/^/davinci/') davinci_manager devmm_svm hisi_hdc; do
+        [ -e "$ROOT/dev/$d" ] && continue
+        if [ -z "$ROOT" ]; then mknod -m 666 "/dev/$d" c 1 3; else : > "$ROOT/dev/$d"; fi
+    done
+}
+
+# Before the installed driver is replaced or removed, the vendor's checkUserProcess and
+# checkUserDocker: a process with a device file open (fuser, or /proc/*/fd), or a running
+# Docker container whose `docker inspect` names a device, stops the installer. Prints
+# the log's warning line and returns 1 when something holds a device.
+devices_held() {
+    local f docker_ids fds
+    # One pass over every process's open files (the vendor loops over fuser per device).
+    fds=$(find /proc/[0-9]*/fd -maxdepth 1 -type l \( -lname "$ROOT/dev/davinci*" \
+        -o -lname "$ROOT/dev/devmm_svm" -o -lname "$ROOT/dev/hisi_hdc" \) 2>/dev/null \
+        | grep -v "^/proc/$$/" | cut -d/ -f3 | sort -un | tr '\n' ' ')
+    if [ -n "$fds" ]; then echo "[WARNING]NPU device files have user process: $fds"; return 1; fi
+    if command -v docker >/dev/null 2>&1 && docker_ids=$(docker ps -q 2>/dev/null) && [ -n "$docker_ids" ]; then
+        for f in /dev/davinci_manager /dev/devmm_svm /dev/hisi_hdc; do
+            # shellcheck disable=SC2086
+            if docker inspect $docker_ids 2>/dev/null | grep -q "\"$f\""; then
+                echo "[WARNING]$f has used by docker"; return 1
+            fi
+        done
+    fi
+    return 0
+}
+
+refuse_if_devices_held() {
+    local held
+    [ "$force" = y ] && return 0
+    held=$(devices_held) && return 0
+    log "$held"
+    sayc "[ERROR]\033[31mThe davinci nodes are occupied by some processes, please stop processes and install or uninstall again, details in : /var/log/ascend_seclog/ascend_install.log \033[0m"
+    log "[ERROR]The davinci nodes are occupied by some processes, please stop processes and install or uninstall again."
+    say "[INFO]If you want to install or uninstall the driver forcibly, add the force parameter. For details, see [--help]."
+    oplog failed; finish 1
+}
+
 remove_files() {  # $1: install path of the installed package
     rm -rf "$ROOT${1:?}/${SUB:?}"
     if [ "$PKG_KIND" = driver ]; then
@@ -502,6 +550,7 @@ EOF
         install -D -m 0755 "$here/npu-smi" "$ROOT/usr/local/sbin/npu-smi"
         install -m 0755 "$here/hccn_tool" "$d/tools/hccn_tool"
         ln -sfn ../sbin/npu-smi "$ROOT/usr/local/bin/npu-smi"
+        make_devices
     fi
 }
 
@@ -559,6 +608,7 @@ if [ $uninstall = y ]; then
         both "[ERROR]ERR_NO:0x0080;ERR_DES:$TAG package is not installed on this device, uninstall failed"
         oplog failed; finish 1
     fi
+    [ "$PKG_KIND" = driver ] && refuse_if_devices_held
     remove_files "$inst_path"
     forget_install
     oplog success
@@ -603,6 +653,7 @@ fi
 # Driver: first install, overwrite install (--full/--run) or upgrade.
 mode=Install
 if [ -n "$inst_path" ]; then
+    refuse_if_devices_held
     if [ $upgrade = y ]; then
         mode=Upgrade
     elif [ -n "$base_version" ] && [ $quiet = n ]; then
