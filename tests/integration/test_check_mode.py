@@ -115,8 +115,22 @@ FIRST_RUN_STAGES = ("NPU driver", "Container engine", "CANN image", "Training co
 _APT = ("/var/lib/apt/lists", "/var/cache/apt")
 
 
+# apt-get update writes under _APT (and its log); on the node's overlay root filesystem
+# that copies their parent folders up, which changes those folders' ctime, not their
+# content, mode, owner or mtime.
+_APT_PARENTS = ("/var", "/var/lib", "/var/lib/apt", "/var/cache", "/var/log")
+
+
+def _apt_parent_without_ctime(entry: str) -> str:
+    path, _, meta = entry.partition("\t")
+    if path not in _APT_PARENTS:
+        return entry
+    return path + "\t" + " ".join(meta.split(" ")[:5])  # kind mode owner size mtime
+
+
 def _without_apt(state: dict) -> dict:
-    return {h: ([f for f in files if not f.startswith(_APT) and f.split("\t")[0] != "/root"],
+    return {h: ([_apt_parent_without_ctime(f) for f in files
+                 if not f.startswith(_APT) and f.split("\t")[0] != "/root"],
                 devices, started)
             for h, (files, devices, started) in state.items()}
 
