@@ -206,9 +206,13 @@ def render(rows: list[dict[str, Any]], when: str, full: bool) -> str:
         "systemd, Docker, Ray and git. The NPUs, the driver and firmware packages, `npu-smi`, "
         "the model hub and the trainer are stand-ins (`tools/a3rl/sim/`), so what involves "
         "them (device counts, NPU health, training steps) is verified only against the "
-        "stand-ins. \"Nodes unchanged\" means: no file on a node's root filesystem newer "
-        "than a marker set before the run (logs aside), the same device nodes and the same "
-        "container start times.",
+        "stand-ins. \"Nodes unchanged\" means: every file, folder and link on every "
+        "filesystem the project writes on a node (the root, /var/lib/docker, "
+        "/var/lib/containers, /shared, the stand-ins' knobs, /tmp) has the same type, mode, "
+        "owner, size, mtime and ctime (and the small files under /etc the same sha256) as "
+        "before the run, logs and Ansible's and Ray's own temporary folders aside; the same "
+        "device nodes; the same container start times (tests/integration/conftest.py, "
+        "snapshot()).",
         "",
         "Rows whose test is in another module point at it; that test proves the row and is "
         "not repeated. A **known defect** is a row whose test is marked as an expected "
