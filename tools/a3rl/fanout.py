@@ -99,8 +99,11 @@ class FanoutError(Exception):
 # ------------------------------------------------------------------------------ planning
 
 
-def _whole(value: Any) -> int | None:
-    """An int, or a string of ASCII digits; None otherwise (bools, "1GB", "²")."""
+def whole_number(value: Any) -> int | None:
+    """``value`` as a whole number: an int, or a string of ASCII digits with an optional
+    minus (what ``-e`` and the inventory give); None otherwise (bools, "1GB", "²").
+    ``str.isdigit`` alone accepts "²" (int() then fails) and "١٦" (int() reads 16, but
+    the text would go into the env scripts as is). Preflight uses it too."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -146,22 +149,22 @@ def plan(
     if mode not in MODES:
         raise FanoutError(
             f"artifact_store_fanout is {mode!r}; it must be one of {', '.join(MODES)}")
-    port_n = _whole(port)
+    port_n = whole_number(port)
     if port_n is None or not 0 < port_n < 65536:
         raise FanoutError(f"artifact_store_fanout_port {port!r} is not a TCP port (1-65535). "
                           "Fix: set it to a free port, as plain digits.")
     port = port_n
-    if _whole(min_bytes) is None or _whole(min_bytes) < 0:
+    if whole_number(min_bytes) is None or whole_number(min_bytes) < 0:
         raise FanoutError(f"artifact_store_fanout_min_bytes {min_bytes!r} is not a whole number "
                           "of bytes (no unit suffix). Fix: e.g. 1000000000 for 1 GB.")
-    min_bytes = _whole(min_bytes)
+    min_bytes = whole_number(min_bytes)
     hosts = [str(n.get("host")) for n in nodes]
     twice = sorted({h for h in hosts if hosts.count(h) > 1})
     if twice:
         raise FanoutError(f"the transfer plan names {', '.join(twice)} more than once; a chain "
                           "through one node twice would deadlock. Fix: list each node once.")
     for f in files:
-        if _whole(f.get("size")) is None or _whole(f.get("size")) < 0:
+        if whole_number(f.get("size")) is None or whole_number(f.get("size")) < 0:
             raise FanoutError(f"{f.get('path')}: size {f.get('size')!r} is not a whole number of "
                               "bytes, 0 or more. Fix: correct the store's record (fetch again).")
     by_path = {str(f["path"]): f for f in files}

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from a3rl import artifacts, ray
+from a3rl.fanout import whole_number
 
 CLUSTER_GROUPS = ("head", "workers")
 
@@ -100,23 +101,6 @@ def _special_ip(ip: ipaddress.IPv4Address) -> str | None:
         return "a link-local address (169.254.0.0/16, made up when DHCP fails)"
     if ip.is_reserved:
         return "a reserved address (240.0.0.0/4)"
-    return None
-
-
-def whole_number(value: Any) -> int | None:
-    """``value`` as a whole number: an int, or a string of ASCII digits (what ``-e`` and the
-    inventory give); None otherwise. ``str.isdigit`` alone accepts "²" (int() then fails)
-    and "١٦" (int() reads 16, but the text would go into the env scripts as is)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        text = value.strip()
-        sign = -1 if text.startswith("-") else 1
-        digits = text[1:] if sign < 0 else text
-        if digits and digits.isascii() and digits.isdigit():
-            return sign * int(digits)
     return None
 
 
