@@ -71,7 +71,7 @@ POINTERS: tuple[Pointer, ...] = (
             _I + "test_site.py::test_preflight_refuses_unknown_host_key", "preflight (SSH)"),
     Pointer("bad_input", "an unknown feature", "refused by the plan, nothing submitted",
             _I + "test_train.py::test_invalid_plans_are_refused_before_anything_is_submitted"
-            "[extravars2-unknown feature]", "train plan"),
+            "[extravars3-unknown feature]", "train plan"),
     Pointer("bad_input", "the resampler with data.shuffle=True",
             "refused by the plan, nothing submitted",
             _I + "test_train.py::test_invalid_plans_are_refused_before_anything_is_submitted"

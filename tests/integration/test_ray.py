@@ -250,13 +250,18 @@ def test_ray_ports_answer_only_whom_they_must(ray_up):
     head, worker = ray_up.members()[0], ray_up.members()[1]
     job = "python -c 'import ray, time; ray.init(); time.sleep(150)'"
     in_container(head, f"ray job submit --no-wait --address http://127.0.0.1:8260 -- {job}")
-    podman.exec_(head.container, "docker", "exec", "-d", CONTAINER, "python", "-c",
-                 "import ray, time; ray.init('ray://127.0.0.1:10001'); time.sleep(150)")
-    deadline = time.monotonic() + 180
+    client = ["docker", "exec", "-d", CONTAINER, "python", "-c",
+              "import ray, time; ray.init('ray://127.0.0.1:10001'); time.sleep(150)"]
+    # A client whose session server does not come up (seen on a loaded machine) is
+    # started again, once a minute: the session, not the first attempt, is the subject.
+    deadline, next_client = time.monotonic() + 240, 0.0
     while time.monotonic() < deadline:
         ports = listening(head)
         if any(23000 <= p < 24000 for p in ports) and any(10002 <= p < 20000 for p in ports):
             break
+        if time.monotonic() >= next_client:
+            podman.exec_(head.container, *client)
+            next_client = time.monotonic() + 60
         time.sleep(3)
     else:
         pytest.fail(f"no Ray-client session and job workers listening: {sorted(listening(head))}")
