@@ -24,6 +24,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "provision": ("provision.py", "site.yml on 2/4/8 fresh nodes, no-op re-run, Ray ready, "
                                   "slowest tasks"),
     "tuning": ("tuning.py", "no-op site.yml under each Ansible setting, ratio to ansible.cfg"),
+    "noop": ("noop.py", "no-op site.yml of this tree against an earlier tree, on 8 nodes"),
 }
 
 

@@ -24,9 +24,15 @@ WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 if WORKER:
     NAME = f"{NAME}-{WORKER}"
 NODES = 2
-# Every play a test asserts on runs under Ansible's default strategy, whatever the shell
-# that started pytest opted into.
+# The shell's opt-in strategy never reaches the tests: each module says its own (below).
 os.environ.pop(strategy.VARIABLE, None)
+# The strategy of the plays a module asserts on: Ansible's default `linear` unless the
+# module sets PLAY_STRATEGY = strategy.MITOGEN. The modules whose subject includes how a
+# task reaches a node (site.yml's default path, --check, faults and reboots, bad input,
+# the a3rl command) keep `linear`; the others assert on what the plays do, which is the
+# same modules on the nodes under either strategy, and run under Mitogen, about half the
+# time (bench/tuning.py). A3RL_TEST_PLAY_STRATEGY=linear puts every module on `linear`.
+PLAY_STRATEGY_OVERRIDE = os.environ.get("A3RL_TEST_PLAY_STRATEGY", "").strip()
 # A module's fixture first brings its cluster to the provisioned state with site.yml
 # (provision()). That run prepares; it is not what the module tests, and it runs under the
 # opt-in Mitogen strategy, which takes about half the time (bench/tuning.py). site.yml
@@ -34,12 +40,17 @@ os.environ.pop(strategy.VARIABLE, None)
 # A3RL_TEST_PROVISION_STRATEGY=linear puts the preparation on the default path too.
 PROVISION_STRATEGY = os.environ.get("A3RL_TEST_PROVISION_STRATEGY", strategy.MITOGEN)
 
-# Longest first, so that under --dist loadfile the long modules start at once and the
-# short ones fill in around them (single-worker times from CI and the helpers' runs, 2026-12-01).
-_ORDER = ("test_ray", "test_faults", "test_site", "test_frameworks", "test_data_weights",
-          "test_bad_input", "test_train", "test_day2", "test_check_mode", "test_ray_host_mode",
-          "test_cann_image", "test_npu_network", "test_npu_driver", "test_fanout", "test_cli",
-          "test_snapshot")
+# The order modules start in (the Makefile passes --no-loadscope-reorder: by default
+# pytest-xdist reorders --dist loadfile's modules by their number of tests). test_site
+# first, so that it finds its worker's cluster bare and needs no cluster of its own (and
+# the module after it on that worker starts from its converged nodes); then the longest
+# first, so that the short ones fill in around them at the end (single-worker times from
+# CI, 2026-12-02). Unit tests come last: they are short and fill in too.
+_ORDER = ("test_site", "test_ray", "test_faults", "test_frameworks", "test_day2",
+          "test_data_weights", "test_cann_image", "test_npu_driver", "test_train",
+          "test_bad_input", "test_npu_network", "test_check_mode", "test_sim_lifecycle",
+          "test_ray_host_mode", "test_container_engine", "test_fanout", "test_snapshot",
+          "test_cli")
 
 
 def _rank(item) -> int:
@@ -51,8 +62,24 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if "/integration/" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
-    # Stable: unit tests (rank len(_ORDER)) and unranked modules keep their order.
-    items.sort(key=lambda i: 0 if "/integration/" not in str(i.fspath) else 1 + _rank(i))
+    # Stable: unranked integration modules keep their order, after the ranked ones, and
+    # unit tests keep theirs, after every integration module.
+    items.sort(key=lambda i: len(_ORDER) + 1 if "/integration/" not in str(i.fspath)
+               else _rank(i))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def play_strategy(request) -> Iterator[str]:
+    """Every play of the module (``play()``, ``run_play`` and the ``a3rl`` command alike)
+    runs under the module's PLAY_STRATEGY, through the opt-in's own variable."""
+    name = PLAY_STRATEGY_OVERRIDE or getattr(request.module, "PLAY_STRATEGY", strategy.DEFAULT)
+    strategy.env(name)  # refuses a name a3rl does not offer
+    if name == strategy.DEFAULT:
+        os.environ.pop(strategy.VARIABLE, None)
+    else:
+        os.environ[strategy.VARIABLE] = name
+    yield name
+    os.environ.pop(strategy.VARIABLE, None)
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,10 @@ from a3rl.sim import podman, upstreams
 
 from .conftest import events, failure_text, play, provision
 
+# What this module asserts on is the same under either strategy: its plays run under
+# Mitogen (conftest.play_strategy).
+PLAY_STRATEGY = "mitogen"
+
 IMAGE_PLAY = "playbooks/cann_image.yml"
 CONTAINER_PLAY = "playbooks/training_container.yml"
 

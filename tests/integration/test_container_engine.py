@@ -11,6 +11,10 @@ from a3rl.sim import podman
 
 from .conftest import failure_text, play
 
+# What this module asserts on is the same under either strategy: its plays run under
+# Mitogen (conftest.play_strategy).
+PLAY_STRATEGY = "mitogen"
+
 PLAY = "playbooks/container_engine.yml"
 
 

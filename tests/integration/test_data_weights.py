@@ -26,6 +26,10 @@ from a3rl.sim import hub
 
 from .conftest import failure_text, play, provision
 
+# What this module asserts on is the same under either strategy: its plays run under
+# Mitogen (conftest.play_strategy).
+PLAY_STRATEGY = "mitogen"
+
 DATA = "playbooks/data.yml"
 WEIGHTS = "playbooks/weights.yml"
 ASSETS = "/data/a3rl"

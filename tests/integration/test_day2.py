@@ -11,6 +11,10 @@ from a3rl.sim import cluster, podman
 
 from .conftest import failure_text, play, provision
 
+# What this module asserts on is the same under either strategy: its plays run under
+# Mitogen (conftest.play_strategy).
+PLAY_STRATEGY = "mitogen"
+
 WORKDIR = "/data/a3rl/llm_rl/qwen3"
 MINE = ("/data/a3rl/data/mine.txt", "/data/a3rl/models/mine")
 CACHES = [f"{WORKDIR}/kernel_meta", f"{WORKDIR}/.torchair_cache", f"{WORKDIR}/.cache",

@@ -23,6 +23,10 @@ from a3rl.sim import podman, upstreams
 
 from .conftest import failure_text, play, provision
 
+# What this module asserts on is the same under either strategy: its plays run under
+# Mitogen (conftest.play_strategy).
+PLAY_STRATEGY = "mitogen"
+
 PLAY = "playbooks/frameworks.yml"
 WORKDIR = "/data/a3rl/llm_rl/qwen3"
 NODE_STORE = "/var/cache/a3rl/artifacts"

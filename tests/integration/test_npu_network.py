@@ -23,6 +23,10 @@ from a3rl.sim import cluster, podman
 
 from .conftest import failure_text, play, provision
 
+# What this module asserts on is the same under either strategy: its plays run under
+# Mitogen (conftest.play_strategy).
+PLAY_STRATEGY = "mitogen"
+
 PLAY = "playbooks/npu_network.yml"
 TRAIN_PLAY = "PLAY [Train | Submit, follow, stop or report the run]"
 TOOL = cluster.NODE_HCCN_TOOL

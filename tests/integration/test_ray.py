@@ -20,6 +20,10 @@ from a3rl.sim.image import ImageSpec, ensure_image
 
 from .conftest import failure_text, play, provision
 
+# What this module asserts on is the same under either strategy: its plays run under
+# Mitogen (conftest.play_strategy).
+PLAY_STRATEGY = "mitogen"
+
 CONTAINER = "a3rl-train"
 
 

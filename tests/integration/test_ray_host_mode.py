@@ -16,6 +16,10 @@ from a3rl.sim import cluster, podman
 from .conftest import NAME, events, failure_text, play
 from .test_ray import alive, npu_total
 
+# What this module asserts on is the same under either strategy: its plays run under
+# Mitogen (conftest.play_strategy).
+PLAY_STRATEGY = "mitogen"
+
 
 @pytest.fixture(scope="module")
 def four() -> Iterator[cluster.Cluster]:

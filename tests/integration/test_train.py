@@ -13,6 +13,10 @@ from a3rl.paths import project_root
 
 from .conftest import failure_text, play, provision
 
+# What this module asserts on is the same under either strategy: its plays run under
+# Mitogen (conftest.play_strategy).
+PLAY_STRATEGY = "mitogen"
+
 TRAIN = "playbooks/train.yml"
 SHORT = ["trainer.total_training_steps=2"]
 

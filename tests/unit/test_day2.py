@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -110,3 +111,25 @@ def test_the_container_side_clean_honours_check(tmp_path, capsys):
     cache_clean.main(["-", "--json", json.dumps(args)])
     assert json.loads(capsys.readouterr().out)["changed"] is True
     assert not (wd / "kernel_meta").exists()
+
+
+def test_the_action_hands_the_module_the_engine_it_ships(monkeypatch):
+    """Under Mitogen a module cannot read its module_utils' source (its loader compiles
+    without keeping it): the action reads the engine on the controller, from the
+    module_utils path, and it is the engine the module imports."""
+    import importlib.util
+
+    from ansible import constants as C
+
+    from a3rl.paths import project_root
+
+    root = project_root()
+    spec = importlib.util.spec_from_file_location(
+        "a3rl_cache_clean_action", root / "roles/cache_clean/action_plugins/a3rl_cache_clean.py")
+    action = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(action)
+    monkeypatch.setattr(C, "DEFAULT_MODULE_UTILS_PATH", [str(root / "plugins/module_utils")])
+    assert action.engine_source() == Path(cache_clean.__file__).read_text()
+    monkeypatch.setattr(C, "DEFAULT_MODULE_UTILS_PATH", [str(root / "roles")])
+    with pytest.raises(Exception, match="none of the module_utils paths"):
+        action.engine_source()

@@ -12,7 +12,8 @@ description:
     C(/root/.cache), C(/root/atc_data)). Empty, relative, C(/), C(..)-bearing, glob and
     symlink values are refused, and nothing is removed when any value is refused.
   - The same check and removal run inside the training container (C(docker exec), the
-    engine's own code on stdin), when it is running.
+    engine's own code on stdin), when it is running. The role's action plugin passes that
+    code (C(engine_source)), read on the controller.
   - Check mode - reports what would be removed and the bytes, removes nothing.
 options:
   workdir:
@@ -26,6 +27,13 @@ options:
     required: true
   container:
     description: The training container's name (empty - the node only).
+    type: str
+    default: ""
+  engine_source:
+    description:
+      - The engine's source, run inside the container. Set by the role's action plugin;
+        without it the module reads the source through its own loader, which Mitogen's
+        does not offer.
     type: str
     default: ""
 """
@@ -48,6 +56,19 @@ from ansible.module_utils import a3rl_cache_clean as engine
 from ansible.module_utils.basic import AnsibleModule
 
 
+def engine_source(module):
+    """The engine's source: from the action plugin, else through Python's own loader
+    (AnsiballZ's zip can give it; Mitogen's module_utils loader cannot)."""
+    if module.params["engine_source"]:
+        return module.params["engine_source"]
+    try:
+        return inspect.getsource(engine)
+    except (OSError, TypeError) as exc:
+        module.fail_json(msg=f"cannot read the cache-clean engine's source to run it in the "
+                             f"container ({exc}). Nothing was removed. Fix: run the "
+                             "cache_clean role (its action plugin passes the source).")
+
+
 def in_container(module, name, paths, workdir, check):
     rc, out, err = module.run_command(
         ["docker", "inspect", "--format", "{{.State.Running}}", name])
@@ -56,7 +77,7 @@ def in_container(module, name, paths, workdir, check):
     args = json.dumps({"paths": paths, "workdir": workdir, "check": check})
     rc, out, err = module.run_command(
         ["docker", "exec", "-i", name, "python3", "-", "--json", args],
-        data=inspect.getsource(engine), binary_data=True)
+        data=engine_source(module), binary_data=True)
     if rc != 0:
         module.fail_json(msg=f"the cache clean in container {name} failed: {err.strip()[-500:]}")
     result = json.loads(out.strip().splitlines()[-1])
@@ -71,6 +92,8 @@ def main():
             "workdir": {"type": "str", "required": True},
             "paths": {"type": "list", "elements": "raw", "required": True},
             "container": {"type": "str", "default": ""},
+            # Not a secret: kept out of the result's invocation for its size.
+            "engine_source": {"type": "str", "default": "", "no_log": True},
         },
         supports_check_mode=True,
     )
