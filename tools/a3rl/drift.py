@@ -62,7 +62,7 @@ class DriftError(ValueError):
     """The recipe tree cannot be read (missing files, a script that runs no trainer)."""
 
 
-# --- running the recipe's scripts with recorders -----------------------------------------
+# --- running the recipe's scripts with recorders ------------------------------------------
 
 @dataclass
 class Call:
@@ -206,7 +206,7 @@ def _set_nodes(path: Path, nodes: int) -> None:
     path.write_text("".join(lines))
 
 
-# --- a train script as a job ---------------------------------------------------------------
+# --- a train script as a job --------------------------------------------------------------
 
 @dataclass
 class ScriptJob:
@@ -262,7 +262,7 @@ def read_train_script(tree: Path, script: str, nodes: int | None = None,
                      trainers[0].env, repeated)
 
 
-# --- findings --------------------------------------------------------------------------------
+# --- findings -----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Finding:
@@ -282,6 +282,8 @@ class Finding:
         def show(v: Any) -> str:
             return "(not set)" if v is None else plans.render_value(v)
         run = f" [{self.run}]" if self.run else ""
+        if self.area in ("patches", "scripts"):
+            return f"{self.area} {self.where}: {self.key}: {self.note}"
         text = (f"{self.area}{run} {self.where}: {self.key}: recipe {show(self.recipe)}, "
                 f"project {show(self.project)}")
         return text + (f" ({self.note})" if self.note else "")
@@ -332,7 +334,7 @@ def compare_job(job: ScriptJob, made: plans.Plan, run: str) -> list[Finding]:
     return out
 
 
-# --- env scripts -------------------------------------------------------------------------------
+# --- env scripts --------------------------------------------------------------------------
 
 def project_cluster_env(v: Mapping[str, Any], nodes: int | None = None) -> dict[str, str]:
     """The cluster env script's variables as the recipe_env role renders them
@@ -395,7 +397,7 @@ def compare_ray_head(tree: Path, script: str, v: Mapping[str, Any]) -> list[Find
     return [f for f in _compare_maps("env", script, flags, project) if f.key in flags]
 
 
-# --- requirements -----------------------------------------------------------------------------
+# --- requirements -------------------------------------------------------------------------
 
 _REQ = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*([^;#]*)")
 
@@ -443,10 +445,6 @@ def compare_requirements(tree: Path, v: Mapping[str, Any], req_file: str = "requ
             out.append(Finding("requirements", req_file, name, "(unpinned)", None,
                                note="the wheelhouse would take the newest version: add a "
                                     "constraint (the image's version)"))
-    for name, spec in constraints.items():
-        if name not in reqs:
-            out.append(Finding("requirements", req_file, name, None, spec,
-                               note="a constraint for a package the recipe no longer lists"))
     for name in wheels.get("build_from_sdist") or []:
         spec = reqs.get(_norm(name))
         if spec is None or not spec.startswith("=="):
@@ -462,21 +460,23 @@ def compare_requirements(tree: Path, v: Mapping[str, Any], req_file: str = "requ
     return out
 
 
-# --- patches and scripts -------------------------------------------------------------------------
+# --- patches and scripts ------------------------------------------------------------------
 
 def compare_patches(tree: Path, reviewed: Sequence[str], patch_dir: str = "patches"
                     ) -> list[Finding]:
     have = sorted(str(p.relative_to(Path(tree) / patch_dir))
                   for p in (Path(tree) / patch_dir).rglob("*.patch"))
-    out = [Finding("patches", f"{patch_dir}/{p}", p, "in the series", None,
-                   note="a patch the project has not reviewed (config keys, env switches, "
-                        "code its features need)") for p in have if p not in reviewed]
-    out += [Finding("patches", f"{patch_dir}/{p}", p, None, "reviewed",
-                    note="no longer in the recipe's series") for p in reviewed if p not in have]
+    out = [Finding("patches", patch_dir, p, "in the series", None,
+                   note="new in the recipe's series, not reviewed by the project (config "
+                        "keys, env switches, code its features need; then list it in "
+                        "a3rl_recipe_reviewed_patches)") for p in have if p not in reviewed]
+    out += [Finding("patches", patch_dir, p, None, "reviewed",
+                    note="reviewed by the project, no longer in the recipe's series")
+            for p in reviewed if p not in have]
     return out
 
 
-# --- deviations --------------------------------------------------------------------------------
+# --- deviations ---------------------------------------------------------------------------
 
 def _covers(dev: Mapping[str, Any], f: Finding) -> bool:
     if dev.get("area") != f.area or not fnmatch.fnmatchcase(f.key, str(dev.get("key", ""))):
@@ -502,7 +502,7 @@ def subtract(findings: Sequence[Finding], deviations: Sequence[Mapping[str, Any]
     return drift, deviated
 
 
-# --- the whole report ------------------------------------------------------------------------------
+# --- the whole report ---------------------------------------------------------------------
 
 @dataclass
 class Report:
@@ -568,14 +568,15 @@ def drift_report(tree: Path, v: Mapping[str, Any], label: str = "",
     for script in present:
         if script not in scripts:
             findings.append(Finding("scripts", script, script, "present", None,
-                                    note="a train script no project run follows"))
+                                    note="new: a train script no project run follows (map it to a "
+                                         "run in a3rl_recipe_drift.train_scripts)"))
     profiles = _profiles(v)
     workdir = profiles["paths"]["workdir"]
     for script, run in scripts.items():
         if script not in present:
             findings.append(Finding("scripts", script, script, None, run,
-                                    note="the project's run follows a script the recipe "
-                                         "no longer has"))
+                                    note=f"gone: the project's run {run} follows a "
+                                         "script the recipe no longer has"))
             continue
         try:
             job = read_train_script(tree, script, nodes, workdir)
@@ -591,7 +592,7 @@ def drift_report(tree: Path, v: Mapping[str, Any], label: str = "",
     for script, model in env_scripts.items():
         if not (tree / script).is_file():
             findings.append(Finding("scripts", script, script, None, model,
-                                    note="an env script the recipe no longer has"))
+                                    note="gone: an env script the recipe no longer has"))
             continue
         try:
             ran = run_script(tree, script, workdir=workdir)
@@ -607,12 +608,14 @@ def drift_report(tree: Path, v: Mapping[str, Any], label: str = "",
             cfg.get("env_glob", "internal/*_env.sh"))):
         if script not in env_scripts:
             findings.append(Finding("scripts", script, script, "present", None,
-                                    note="an env script the project does not follow"))
+                                    note="new: an env script the project does not follow "
+                                         "(a3rl_recipe_drift.env_scripts)"))
     findings += compare_requirements(tree, v, cfg.get("requirements", "requirements.txt"),
                                      cfg.get("dockerfile"))
-    findings += compare_patches(tree, cfg.get("reviewed_patches") or [],
+    findings += compare_patches(tree, v.get("a3rl_recipe_reviewed_patches") or [],
                                 cfg.get("patch_dir", "patches"))
-    drift, deviated = subtract(findings, v.get("a3rl_recipe_deviations") or [])
+    drift, deviated = subtract(findings, [*(v.get("a3rl_recipe_deviations") or []),
+                                          *(v.get("a3rl_recipe_site_deviations") or [])])
     return Report(label or str(tree), drift, deviated, errors)
 
 
@@ -631,7 +634,7 @@ def _compare_model_env(ran: Sourced, script: str, model: str, v: Mapping[str, An
             if f.key in ran.exports]
 
 
-# --- where the recipe comes from ------------------------------------------------------------------
+# --- where the recipe comes from ----------------------------------------------------------
 
 @contextmanager
 def recipe_tree(source: str | Path, ref: str | None = None, subdir: str = "llm_rl/qwen3"
@@ -657,3 +660,72 @@ def recipe_tree(source: str | Path, ref: str | None = None, subdir: str = "llm_r
             raise DriftError(f"{source} has no {subdir} at {ref or 'HEAD'}: "
                              f"{proc.stderr.strip()}")
         yield repo / (subdir or ".")
+
+
+# --- the project's variables, without a play (``a3rl drift``, tests) ----------------------
+
+_REF = re.compile(r"\{\{\s*(\w+)\s*\}\}")
+
+
+def project_vars(root: Path, **given: Any) -> dict[str, Any]:
+    """The variables a play would see for drift, read from the project at ``root``:
+    ``group_vars/all/*.yml``, then the defaults of the roles whose variables drift
+    compares (recipe_env, ray_cluster, frameworks), then ``given``. A value that is only
+    a reference to another variable (``{{ a3rl_ray_gcs_port }}``) is resolved; other
+    templates stay as text, so pass such values (paths) in ``given``."""
+    import yaml
+
+    v: dict[str, Any] = {}
+    for path in sorted((Path(root) / "group_vars" / "all").glob("*.yml")):
+        v.update(yaml.safe_load(path.read_text()) or {})
+    for role in ("recipe_env", "ray_cluster", "frameworks"):
+        defaults = Path(root) / "roles" / role / "defaults" / "main.yml"
+        for key, val in (yaml.safe_load(defaults.read_text()) or {}).items():
+            v.setdefault(key, val)
+    v.update(given)
+    for _ in range(3):
+        for key, val in v.items():
+            m = _REF.fullmatch(val.strip()) if isinstance(val, str) else None
+            if m and m.group(1) in v and m.group(1) != key:
+                v[key] = v[m.group(1)]
+    return v
+
+
+# Keys drift reads, besides those of project_vars' files: a play's value wins.
+PLAY_KEYS = (*plans.PROFILE_VARS, "a3rl_assets_dir", "a3rl_workdir", "a3rl_datasets",
+             "a3rl_manifest", "npus_per_node", "frameworks_wheelhouse",
+             "a3rl_recipe_drift", "a3rl_recipe_reviewed_patches", "a3rl_recipe_deviations",
+             "a3rl_recipe_site_deviations", "ray_cluster_dashboard_bind",
+             "ray_cluster_dashboard_port", "a3rl_ray_dashboard_bind", "a3rl_ray_dashboard_port",
+             "a3rl_ray_gcs_port")
+
+
+def play_vars(hostvars_like: Mapping[str, Any], root: Path) -> dict[str, Any]:
+    """What drift compares in a play: the project's files (:func:`project_vars`, for the
+    role defaults the play does not load), overlaid with every value the play has."""
+    v = project_vars(root)
+    for key in sorted({*v, *PLAY_KEYS}):
+        if key in hostvars_like:
+            v[key] = hostvars_like[key]
+    return v
+
+
+def store_report(hostvars_like: Mapping[str, Any], record: Mapping[str, Any], store: str,
+                 root: Path) -> dict[str, Any]:
+    """The drift report of the recipe the artifact store holds (its git bundle at the
+    recorded commit), as plain data for a play."""
+    v = play_vars(hostvars_like, root)
+    entry = (record.get("artifacts") or {}).get("recipe") or {}
+    files = entry.get("files") or []
+    bundle = Path(store) / files[0]["path"] if files else None
+    subdir = str((_manifest(v).get("recipe") or {}).get("subdir") or ".")
+    if bundle is None or not bundle.is_file():
+        return Report(str(bundle), [], [], [f"the recipe's bundle is not in the store "
+                                            f"{store}: run the artifact store stage first"]
+                      ).as_dict()
+    try:
+        with recipe_tree(bundle, entry.get("commit"), subdir) as tree:
+            report = drift_report(tree, v, label=f"{entry.get('commit', '')[:12]} ({subdir})")
+    except DriftError as e:
+        report = Report(str(bundle), [], [], [str(e)])
+    return report.as_dict()
