@@ -705,8 +705,11 @@ def play_vars(hostvars_like: Mapping[str, Any], root: Path) -> dict[str, Any]:
     role defaults the play does not load), overlaid with every value the play has."""
     v = project_vars(root)
     for key in sorted({*v, *PLAY_KEYS}):
-        if key in hostvars_like:
-            v[key] = hostvars_like[key]
+        try:
+            if key in hostvars_like:
+                v[key] = hostvars_like[key]
+        except Exception:  # noqa: BLE001 - a value this play cannot template: the file's
+            continue
     return v
 
 
