@@ -189,8 +189,13 @@ def test_the_store_report_reads_the_stored_bundle(up, tmp_path):
     the play's variables over the project's files."""
     store = tmp_path / "store"
     (store / "git").mkdir(parents=True)
-    subprocess.run(["git", "-C", up.url("recipe"), "bundle", "create", "-q",
-                    str(store / "git/recipe.bundle"), "--all"], check=True)
+    # As the artifact store makes it: one ref, refs/a3rl/pinned (a3rl.artifacts).
+    repo = tmp_path / "recipe.git"
+    subprocess.run(["git", "clone", "-q", "--bare", up.url("recipe"), str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "update-ref", "refs/a3rl/pinned",
+                    up.recipe_commits["extra"]], check=True)
+    subprocess.run(["git", "-C", str(repo), "bundle", "create", "-q",
+                    str(store / "git/recipe.bundle"), "refs/a3rl/pinned"], check=True)
     record = {"artifacts": {"recipe": {"kind": "git", "commit": up.recipe_commits["extra"],
                                        "files": [{"path": "git/recipe.bundle"}]}}}
     v = sim_vars(up)

@@ -640,8 +640,9 @@ def _compare_model_env(ran: Sourced, script: str, model: str, v: Mapping[str, An
 def recipe_tree(source: str | Path, ref: str | None = None, subdir: str = "llm_rl/qwen3"
                 ) -> Iterator[Path]:
     """The recipe folder: ``source`` itself when it is one (it has ``internal/`` or
-    ``requirements.txt``), else ``subdir`` of the git repository or bundle ``source`` at
-    ``ref`` (default HEAD), exported to a temporary folder."""
+    ``requirements.txt``), else ``subdir`` of the git repository, URL or bundle
+    ``source`` at ``ref`` (default: the store's ``refs/a3rl/pinned``, else ``main`` or
+    ``master``), checked out into a temporary folder."""
     src = Path(source)
     if src.is_dir() and ref is None and ((src / "internal").is_dir()
                                          or (src / "requirements.txt").is_file()):
@@ -649,15 +650,35 @@ def recipe_tree(source: str | Path, ref: str | None = None, subdir: str = "llm_r
         return
     with tempfile.TemporaryDirectory(prefix="a3rl-recipe-") as tmp:
         repo = Path(tmp) / "repo"
-        git = ["git", "-c", "protocol.file.allow=always"]
-        proc = subprocess.run([*git, "clone", "-q", "--no-checkout", str(src), str(repo)],
+        git = ["git", "-c", "protocol.file.allow=always", "-C", str(repo)]
+        repo.mkdir()
+        subprocess.run([*git, "init", "-q"], check=True, capture_output=True)
+        # Every branch and tag, and the artifact store's refs/a3rl/pinned (its bundles
+        # hold that ref only, which a clone would not fetch); a ref that is none of
+        # them (a commit of a pull request) is fetched by name.
+        proc = subprocess.run([*git, "fetch", "-q", "--update-head-ok", str(src),
+                               "+refs/heads/*:refs/heads/*",
+                               "+refs/tags/*:refs/tags/*", "+refs/a3rl/*:refs/a3rl/*"],
                               capture_output=True, text=True)
         if proc.returncode:
             raise DriftError(f"cannot read the recipe from {source}: {proc.stderr.strip()}")
-        proc = subprocess.run([*git, "-C", str(repo), "checkout", "-q", ref or "HEAD", "--",
-                               subdir or "."], capture_output=True, text=True)
+        want = ref or "HEAD"
+        if ref is None:
+            heads = subprocess.run([*git, "for-each-ref", "--format=%(refname)",
+                                    "refs/a3rl/pinned", "refs/heads/main",
+                                    "refs/heads/master"], capture_output=True, text=True)
+            want = (heads.stdout.split() or ["HEAD"])[0]
+        elif subprocess.run([*git, "rev-parse", "-q", "--verify", f"{ref}^{{commit}}"],
+                            capture_output=True).returncode:
+            proc = subprocess.run([*git, "fetch", "-q", str(src), ref], capture_output=True,
+                                  text=True)
+            if proc.returncode:
+                raise DriftError(f"{source} has no ref {ref}: {proc.stderr.strip()}")
+            want = "FETCH_HEAD"
+        proc = subprocess.run([*git, "checkout", "-q", want, "--", subdir or "."],
+                              capture_output=True, text=True)
         if proc.returncode:
-            raise DriftError(f"{source} has no {subdir} at {ref or 'HEAD'}: "
+            raise DriftError(f"{source} has no {subdir} at {ref or want}: "
                              f"{proc.stderr.strip()}")
         yield repo / (subdir or ".")
 
