@@ -125,6 +125,13 @@ def test_other_node_counts_follow_the_scripts_formulas(up, tree):
     assert ("plan", "actor_rollout_ref.actor.megatron.context_parallel_size") in found
 
 
+def test_a_different_hydra_prefix_is_reported(up, tree):
+    key = "actor_rollout_ref.actor.megatron.override_transformer_config.seq_length"
+    edit(tree / G32, f"    +{key}=", f"    {key}=")
+    report = drift.drift_report(tree, sim_vars(up))
+    assert [(f.recipe, f.project) for f in report.drift] == [(key, f"+{key}")]
+
+
 def test_a_deviation_covers_only_the_recipes_value_it_names(up, tree):
     edit(tree / "ray_start_npu.sh", "--dashboard-host=0.0.0.0", "--dashboard-host=10.0.0.9")
     report = drift.drift_report(tree, sim_vars(up))

@@ -327,6 +327,12 @@ def compare_job(job: ScriptJob, made: plans.Plan, run: str) -> list[Finding]:
     note = "the script passes it more than once; Hydra keeps the last"
     out += [Finding(**{**f.as_dict(), "note": note}) if f.key in job.repeated else f
             for f in _compare_maps("plan", job.script, recipe, made.overrides_map(), run)]
+    # "+key" adds a key Hydra's config lacks, "key" overrides one it has: not the same.
+    ours = {key: prefix for prefix, key, _ in map(plans.split_override, made.overrides)}
+    for key, (prefix, _) in job.overrides.items():
+        if key in ours and ours[key] != prefix:
+            out.append(Finding("plan", job.script, key, f"{prefix}{key}", f"{ours[key]}{key}",
+                               run, note="passed with a different Hydra prefix"))
     # The env the script exports for its trainer; the model env script's are compared there.
     env = {k: v for k, v in job.env.items()}
     out += [f for f in _compare_maps("env", job.script, env, dict(made.env), run)
@@ -336,7 +342,7 @@ def compare_job(job: ScriptJob, made: plans.Plan, run: str) -> list[Finding]:
 
 # --- env scripts --------------------------------------------------------------------------
 
-def project_cluster_env(v: Mapping[str, Any], nodes: int | None = None) -> dict[str, str]:
+def project_cluster_env(v: Mapping[str, Any]) -> dict[str, str]:
     """The cluster env script's variables as the recipe_env role renders them
     (``cluster_env.sh.j2``), from the role's variables; per-node values (addresses,
     NIC) are left out: the inventory sets them."""
@@ -349,14 +355,12 @@ def project_cluster_env(v: Mapping[str, Any], nodes: int | None = None) -> dict[
     env["ASCEND_HOME_PATH"] = os.path.dirname(home)
     env["MASTER_PORT"] = str(v.get("recipe_env_master_port", v.get("a3rl_ray_gcs_port", "")))
     env["NPUS_PER_NODE"] = str(v.get("npus_per_node", 16))
-    if nodes is not None:
-        env["NNODES"] = str(nodes)
     return env
 
 
 def compare_cluster_env(ran: Sourced, script: str, v: Mapping[str, Any]) -> list[Finding]:
     out = [f for f in _compare_maps("env", script, ran.exports, project_cluster_env(v))
-           if f.key in ran.exports or f.key in {"NNODES"}]
+           if f.key in ran.exports]
     sourced = [str(s) for s in v.get("recipe_env_cann_set_env") or []]
     for path in ran.outside:
         if path not in sourced:
