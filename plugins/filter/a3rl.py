@@ -8,6 +8,7 @@ from ansible.errors import AnsibleFilterError
 
 from a3rl import (
     conversion,
+    drift,
     files,
     images,
     manifest,
@@ -50,6 +51,13 @@ def plan_job(hostvars_like, algo, model, weights, features, nodes, npus_per_node
         raise AnsibleFilterError(str(e)) from None
 
 
+def recipe_drift(hostvars_like, record, store):
+    """a3rl.drift.store_report: where the stored recipe differs from the project."""
+    from a3rl.paths import project_root
+
+    return drift.store_report(hostvars_like, record, store, project_root())
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -88,6 +96,7 @@ class FilterModule:
             "a3rl_artifact_names": manifest.artifact_names,
             "a3rl_bytes": files.human_bytes,
             "a3rl_plan_job": plan_job,
+            "a3rl_recipe_drift": recipe_drift,
             "a3rl_alltoall_overlap": conversion.alltoall_overlap,
             "a3rl_status_report": status.report,
             "a3rl_artifact_problems": manifest.artifact_problems,

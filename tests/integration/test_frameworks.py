@@ -21,7 +21,7 @@ import yaml
 from a3rl.paths import project_root
 from a3rl.sim import podman, upstreams
 
-from .conftest import failure_text, play, provision
+from .conftest import events, failure_text, play, provision
 
 # What this module asserts on is the same under either strategy: its plays run under
 # Mitogen (conftest.play_strategy).
@@ -134,6 +134,9 @@ def test_added_patch_and_project_patch_reapply_the_series_in_order(staged, tmp_p
     try:
         result = play(PLAY, staged.inventory_dir, extravars=extravars)
         assert result.ok, failure_text(result)
+        # Recipe drift, reported before staging (not strict): the release's new patch.
+        assert "verl/0003-" in json.dumps([e["event_data"].get("res") for e in events(result)
+                                           if "recipe drift" in e["event_data"].get("task", "")])
         labels = json.loads(sh(node, f"cat {WORKDIR}/.git/a3rl/series.json"))["labels"]
         recipe_labels = [lb for lb in labels if lb.startswith("patches/")]
         # The recipe's own ordering, by the node's `sort -V`.

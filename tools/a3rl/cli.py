@@ -286,6 +286,44 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_drift(args: argparse.Namespace) -> int:
+    """Where a recipe tree differs from the project's plans, env and requirements."""
+    import json
+
+    from a3rl import drift
+
+    root = project_root()
+    v = drift.project_vars(root, a3rl_assets_dir=args.assets_dir, a3rl_workdir=args.workdir)
+    subdir = args.subdir or str((v.get("a3rl_artifacts") or {}).get("recipe", {})
+                                .get("subdir") or "llm_rl/qwen3")
+    try:
+        if args.recipe:
+            with drift.recipe_tree(args.recipe, args.ref, subdir) as tree:
+                report = drift.drift_report(tree, v, label=" ".join(
+                    [args.recipe, *([args.ref] if args.ref else [])]), nodes=args.nodes)
+            data = report.as_dict()
+            lines = report.lines(deviations=args.deviations)
+        else:
+            store = Path(args.store or v.get("a3rl_artifact_dir") or "")
+            record = store / "manifest.json"
+            if not record.is_file():
+                console.print(f"no artifact store record {record}. Fix: give --recipe (a "
+                              f"recipe folder, or a repository or bundle with --ref), or "
+                              f"--store DIR", markup=False)
+                return 2
+            data = drift.store_report(v, json.loads(record.read_text()), str(store), root)
+            lines = data["lines"]
+    except drift.DriftError as e:
+        console.print(f"error: {e}", markup=False)
+        return 2
+    if args.format == "json":
+        print(json.dumps(data, indent=1, default=str))
+    else:
+        for line in lines:
+            console.print(line, markup=False)
+    return 0 if data["ok"] else (2 if data["errors"] and not data["drift"] else 1)
+
+
 def cmd_bench(argv: list[str]) -> int:
     """``bench/run.py ARGS`` with this venv's Python; its exit code is ours."""
     script = project_root() / "bench" / "run.py"
@@ -460,6 +498,23 @@ def parser() -> argparse.ArgumentParser:
     plan.add_argument("--workdir", default="/data/a3rl/llm_rl/qwen3")
     plan.add_argument("--format", default="json", choices=["json", "text"])
 
+    drift = sub.add_parser("drift", help="where a recipe tree differs from the project's "
+                                         "plans, env and requirements")
+    drift.add_argument("--recipe", default=None,
+                       help="a recipe folder (llm_rl/qwen3), or a recipe repository, URL or "
+                            "git bundle (with --ref); default: the artifact store's recipe")
+    drift.add_argument("--ref", default=None, help="commit, tag or branch of --recipe")
+    drift.add_argument("--subdir", default=None,
+                       help="the recipe folder in the repository (default: the manifest's)")
+    drift.add_argument("--store", default=None, help="the artifact store (a3rl_artifact_dir)")
+    drift.add_argument("--nodes", type=int, default=None,
+                       help="read the train scripts at this node count (default: their own)")
+    drift.add_argument("--assets-dir", default="/data/a3rl")
+    drift.add_argument("--workdir", default="/data/a3rl/llm_rl/qwen3")
+    drift.add_argument("--deviations", action="store_true",
+                       help="also list the findings a deliberate deviation covers")
+    drift.add_argument("--format", default="text", choices=["text", "json"])
+
     # `a3rl bench ARGS`: every argument goes to bench/run.py as it is (main() hands them
     # over before argparse, which would read `--list` as its own).
     sub.add_parser("bench", help="run the benchmarks: bench/run.py ARGS (its --list, names)",
@@ -510,6 +565,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_demo(args)
         if args.cmd == "plan":
             return cmd_plan(args)
+        if args.cmd == "drift":
+            return cmd_drift(args)
         if args.cmd == "runs":
             return cmd_runs(args)
         if args.cmd == "report":

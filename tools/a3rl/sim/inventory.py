@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from a3rl.files import sha256_file
+from a3rl.sim import upstreams
 
 if TYPE_CHECKING:
     from a3rl.sim.cann import CannArchive
@@ -88,6 +89,12 @@ def group_vars(cluster: Cluster, packages: Mapping[str, Path] | None = None,
         "npu_driver_boot_time_command": "cut -d' ' -f22 /proc/1/stat",
         # podman caps the nodes' open files at 16384 (no CAP_SYS_RESOURCE on this host).
         "recipe_env_open_files": 16384,
+        # Recipe drift against the STAND-IN recipe: its patch series at its pin, and the
+        # open-files limit above as this site's deviation from the recipe's 32768.
+        "a3rl_recipe_reviewed_patches": upstreams.reviewed_patches(),
+        "a3rl_recipe_site_deviations": [
+            {"area": "env", "key": "ulimit -n", "recipe": "32768",
+             "reason": "podman caps the simulated nodes' open files at 16384"}],
         # Ray on 2 host cores shared by all nodes: one CPU and a 100 MB object store each.
         "ray_cluster_num_cpus": 1,
         "ray_cluster_object_store_bytes": 100_000_000,

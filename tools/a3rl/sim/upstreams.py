@@ -58,6 +58,7 @@ from pathlib import Path
 
 from a3rl.files import sha256_file
 from a3rl.paths import cache_dir
+from a3rl.sim import recipe_scripts
 
 Log = Callable[[str], None]
 
@@ -911,6 +912,8 @@ _RECIPE_FILES = {
     f"{RECIPE_SUBDIR}/build_project.sh": BUILD_PROJECT_SH,
     f"{RECIPE_SUBDIR}/apply_all_patches.sh": APPLY_ALL_PATCHES_SH,
     **{f"{RECIPE_SUBDIR}/{rel}": text for rel, text in PLAIN_FILES.items()},
+    # The train and env scripts (a3rl.drift runs them with recorders).
+    **recipe_scripts.files(RECIPE_SUBDIR),
     f"{RECIPE_SUBDIR}/deepscaler.py": _d(r'''
         # STAND-IN made by a3rl's simulator for the recipe's llm_rl/qwen3/deepscaler.py,
         # written from its rule as measured (shared/reference/real-upstreams.md, "Run
@@ -1249,6 +1252,7 @@ def _build_into(out: Path, sdist: Path, log: Log = print) -> dict:
 def digest() -> str:
     """Content address of a build: this module's source and the verl sdist's sha256."""
     h = hashlib.sha256(Path(__file__).read_bytes())
+    h.update(Path(recipe_scripts.__file__).read_bytes())
     h.update(f"\nverl-sdist={VERL_SDIST_SHA256}\n".encode())
     return h.hexdigest()[:16]
 
@@ -1295,6 +1299,13 @@ def extra_patches(dest: Path) -> list[Path]:
         shutil.copy(patch, dest / patch.name)
         written.append(dest / patch.name)
     return written
+
+
+def reviewed_patches() -> list[str]:
+    """The stand-in recipe's patches at its pin (``clean``), as ``a3rl_recipe_reviewed_patches``
+    lists the real recipe's: the simulator's inventory sets it, so that drift reports
+    the ``extra`` and ``resampler`` releases' new patches."""
+    return [p.path for p in CLEAN_SERIES]
 
 
 def wheelhouse_overrides(up: Upstreams, constraints: list[str]) -> dict:
