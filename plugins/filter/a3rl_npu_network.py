@@ -64,7 +64,6 @@ class FilterModule:
             "a3rl_npu_health_pending": nn.health_pending,
             "a3rl_mpich_hostfile": nn.mpich_hostfile,
             "a3rl_hccl_socket_env": hccl_socket_env,
-            "a3rl_docker_env_args": nn.docker_env_args,
             "a3rl_hydra_launch_commands": hydra_launch_commands,
             "a3rl_allreduce_verdict": nn.allreduce_verdict,
         }

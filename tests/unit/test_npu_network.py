@@ -277,9 +277,6 @@ def test_hccl_socket_env_names_the_cluster_nic_exactly():
     assert nn.hccl_socket_env("eth0", "fd00::1")["HCCL_SOCKET_FAMILY"] == "AF_INET6"
     with pytest.raises(ValueError, match="node2: no NIC holds cluster_ip 10.0.0.2.*cluster_nic"):
         nn.hccl_socket_env(None, "10.0.0.2", "node2")
-    assert nn.docker_env_args(nn.hccl_socket_env("eth0", "10.0.0.1")) == [
-        "-e", "HCCL_SOCKET_IFNAME==eth0", "-e", "HCCL_SOCKET_FAMILY=AF_INET"]
-    assert nn.docker_env_args({}) == []
 
 
 def test_no_plan_means_presence_and_uniqueness_only():
