@@ -118,6 +118,19 @@ def kinds_in_order(result: PlayResult, host: str) -> list[str]:
     return [kind for _, _, h, kind in installer_runs(result) if h == host]
 
 
+def ansible_warnings(result: PlayResult) -> list[str]:
+    """The warnings Ansible printed in the run (``[WARNING]: ...``, ``[DEPRECATION
+    WARNING]: ...``), each with the lines that continue it: a normal run has none."""
+    found: list[str] = []
+    for line in "".join(p.read_text() for p in sorted(
+            result.record.glob("artifacts/*/stdout"))).splitlines():
+        if line.startswith(("[WARNING]", "[DEPRECATION WARNING]")):
+            found.append(line)
+        elif found and line.startswith(" ") and not line.strip().startswith(("ok:", "changed:")):
+            found[-1] += " " + line.strip()
+    return found
+
+
 def failure_text(result: PlayResult) -> str:
     return "\n".join(f"{h} | {t} | {m}" for h, t, m in result.failures)
 

@@ -11,7 +11,7 @@ import pytest
 from a3rl import metrics
 from a3rl.paths import project_root
 
-from .conftest import failure_text, play, provision
+from .conftest import ansible_warnings, failure_text, play, provision
 
 TRAIN = "playbooks/train.yml"
 SHORT = ["trainer.total_training_steps=2"]
@@ -51,6 +51,8 @@ def test_a_run_end_to_end_to_its_report(up, algo):
     result = play(TRAIN, up.inventory_dir,
                   extravars={"algo": algo, "overrides": SHORT, "train_job_poll": 1})
     assert result.ok, failure_text(result)
+    # `a3rl demo`'s second play: no warning from Ansible (issue 23).
+    assert ansible_warnings(result) == []
     ident = _submission_id(result)
     # Following showed progress: every poll carried the job's step (none before the first
     # step line), and the last one the final step of the total verl announced.
