@@ -7,11 +7,9 @@ import functools
 from ansible.errors import AnsibleFilterError
 
 from a3rl import (
-    conversion,
     files,
     images,
     manifest,
-    metrics,
     npu,
     plan,
     preflight,
@@ -19,6 +17,7 @@ from a3rl import (
     recipe_env,
     status,
 )
+from a3rl.node import conversion, metrics
 
 
 def _clear_errors(fn):

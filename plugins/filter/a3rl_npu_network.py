@@ -1,10 +1,10 @@
-"""Ansible filters of the npu_network role, backed by ``a3rl.npu_network`` (tested there)."""
+"""Ansible filters of the npu_network role, backed by ``a3rl.node.npu_network`` (tested there)."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from a3rl import npu_network as nn
+from a3rl.node import npu_network as nn
 
 
 def _plans(hostvars, hosts, key="npu_network_plan"):

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from a3rl import metrics
+from a3rl.node import metrics
 from a3rl.paths import project_root
 
 from .conftest import ansible_warnings, failure_text, play, provision

@@ -1,4 +1,4 @@
-"""NPU network checks (a3rl.npu_network): hccn_tool output, the device-IP plan, which
+"""NPU network checks (a3rl.node.npu_network): hccn_tool output, the device-IP plan, which
 devices ping which, the verdict and its messages, the all-reduce test's output; and the
 simulator's stand-in hccn_tool run for real in a temporary root."""
 
@@ -13,12 +13,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 try:
-    from a3rl import npu_network as nn
+    from a3rl.node import npu_network as nn
     from a3rl.sim import inventory
     from a3rl.sim.cluster import Node
 except ImportError:  # not installed into this interpreter: use the source tree
     sys.path.insert(0, str(REPO / "tools"))
-    from a3rl import npu_network as nn
+    from a3rl.node import npu_network as nn
     from a3rl.sim import inventory
     from a3rl.sim.cluster import Node
 

@@ -34,7 +34,7 @@ WEIGHTS = ("real", "random")
 CHECKPOINTS = ("none", "mcore", "hf")
 # verl's config folder in the recipe working directory; DAPO's configs are copied there.
 CONFIG_DIR = "verl/trainer/config"
-# The key a3rl.conversion records USE_ALLTOALL_OVERLAP under (a3rl-conversion.json).
+# The key a3rl.node.conversion records USE_ALLTOALL_OVERLAP under (a3rl-conversion.json).
 RECORD_ALLTOALL = "use_alltoall_overlap"
 # Turns off a feature a run has by default: -e features=no-sam.
 FEATURE_OFF = "no-"

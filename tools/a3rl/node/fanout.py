@@ -12,7 +12,7 @@ about size / link plus one hop's latency per node.
 - ``send``: the controller's end. It streams the planned files out of the store into the
   first hop (over SSH: :func:`ssh_first_hop`).
 - ``relay``: a node's end. It accepts the stream from its predecessor only, writes and
-  hashes the files it needs, stamps each verified one exactly as ``a3rl.stage`` does, and
+  hashes the files it needs, stamps each verified one exactly as ``a3rl.node.stage`` does, and
   forwards the stream to its successor.
 
 One stream carries every file of the run::
@@ -311,7 +311,7 @@ def check_hello(sock: socket.socket, token: str, run: str, position: int) -> Non
 
 
 def write_stamp(root: str, stamp_root: str | None, rel: str, sha256: str, size: int) -> None:
-    """The stamp ``a3rl.stage.check_files`` writes after a passed check (the same format,
+    """The stamp ``a3rl.node.stage.check_files`` writes after a passed check (the same format,
     so the next run's check skips the file without reading it again)."""
     st = os.stat(os.path.join(root, rel))
     stamp = os.path.join(stamp_root or root, rel) + STAMP_SUFFIX
