@@ -120,15 +120,10 @@ def kinds_in_order(result: PlayResult, host: str) -> list[str]:
 
 def ansible_warnings(result: PlayResult) -> list[str]:
     """The warnings Ansible printed in the run (``[WARNING]: ...``, ``[DEPRECATION
-    WARNING]: ...``), each with the lines that continue it: a normal run has none."""
-    found: list[str] = []
-    for line in "".join(p.read_text() for p in sorted(
-            result.record.glob("artifacts/*/stdout"))).splitlines():
-        if line.startswith(("[WARNING]", "[DEPRECATION WARNING]")):
-            found.append(line)
-        elif found and line.startswith(" ") and not line.strip().startswith(("ok:", "changed:")):
-            found[-1] += " " + line.strip()
-    return found
+    WARNING]: ...``; the lines after one, its origin, are not kept): a normal run has none."""
+    text = "".join(p.read_text() for p in sorted(result.record.glob("artifacts/*/stdout")))
+    return [line for line in text.splitlines()
+            if line.startswith(("[WARNING]", "[DEPRECATION WARNING]"))]
 
 
 def failure_text(result: PlayResult) -> str:
