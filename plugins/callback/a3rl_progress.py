@@ -19,7 +19,7 @@ requirements:
 from ansible.plugins.callback import CallbackBase
 
 try:
-    from a3rl.metrics import progress_line
+    from a3rl.node.metrics import progress_line
 except ImportError:  # the venv's package is missing: say the step only
     def progress_line(progress):
         step, total = progress.get("step"), progress.get("total_steps")

@@ -7,12 +7,10 @@ import functools
 from ansible.errors import AnsibleFilterError
 
 from a3rl import (
-    conversion,
     drift,
     files,
     images,
     manifest,
-    metrics,
     npu,
     plan,
     preflight,
@@ -20,6 +18,7 @@ from a3rl import (
     recipe_env,
     status,
 )
+from a3rl.node import conversion, metrics
 
 
 def _clear_errors(fn):

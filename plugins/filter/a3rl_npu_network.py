@@ -1,10 +1,10 @@
-"""Ansible filters of the npu_network role, backed by ``a3rl.npu_network`` (tested there)."""
+"""Ansible filters of the npu_network role, backed by ``a3rl.node.npu_network`` (tested there)."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from a3rl import npu_network as nn
+from a3rl.node import npu_network as nn
 
 
 def _plans(hostvars, hosts, key="npu_network_plan"):
@@ -26,7 +26,8 @@ def ping_plan(hosts, hostvars, netmask, npus, check_mode=False, require_active=F
               all_pairs_max_nodes=8, random_peers=2, seed=0):
     """host -> the pings it runs, between the devices whose own checks passed."""
     assessed = nn.assess(hosts, _probes(hostvars, hosts), _plans(hostvars, hosts), netmask,
-                         int(npus), bool(check_mode), bool(require_active))
+                         int(npus), check_mode=bool(check_mode),
+                         require_active=bool(require_active))
     pairs = nn.node_pairs(list(assessed["addresses"]), int(all_pairs_max_nodes),
                           int(random_peers), seed)
     return nn.ping_plan(hosts, assessed["addresses"], pairs)
@@ -38,7 +39,8 @@ def report(hosts, hostvars, netmask, npus, check_mode=False, require_active=Fals
     pings = {h: list((hostvars[h].get("npu_network_ping") or {}).get("pings") or [])
              for h in hosts}
     return nn.report(hosts, _probes(hostvars, hosts), _plans(hostvars, hosts), netmask,
-                     int(npus), pings, bool(check_mode), bool(require_active), int(max_rows))
+                     int(npus), pings=pings, check_mode=bool(check_mode),
+                     require_active=bool(require_active), max_rows=int(max_rows))
 
 
 def hydra_launch_commands(text):
@@ -64,7 +66,6 @@ class FilterModule:
             "a3rl_npu_health_pending": nn.health_pending,
             "a3rl_mpich_hostfile": nn.mpich_hostfile,
             "a3rl_hccl_socket_env": hccl_socket_env,
-            "a3rl_docker_env_args": nn.docker_env_args,
             "a3rl_hydra_launch_commands": hydra_launch_commands,
             "a3rl_allreduce_verdict": nn.allreduce_verdict,
         }

@@ -1,1 +1,1 @@
-../../tools/a3rl/artifacts.py
+../../tools/a3rl/node/artifacts.py

@@ -1,1 +1,1 @@
-../../tools/a3rl/cache_clean.py
+../../tools/a3rl/node/cache_clean.py

@@ -1,1 +1,1 @@
-../../tools/a3rl/conversion.py
+../../tools/a3rl/node/conversion.py

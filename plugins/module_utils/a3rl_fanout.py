@@ -1,1 +1,1 @@
-../../tools/a3rl/fanout.py
+../../tools/a3rl/node/fanout.py

@@ -1,1 +1,1 @@
-../../tools/a3rl/metrics.py
+../../tools/a3rl/node/metrics.py

@@ -1,1 +1,1 @@
-../../tools/a3rl/npu_network.py
+../../tools/a3rl/node/npu_network.py

@@ -1,1 +1,1 @@
-../../tools/a3rl/patch_series.py
+../../tools/a3rl/node/patch_series.py

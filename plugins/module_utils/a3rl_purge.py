@@ -1,1 +1,1 @@
-../../tools/a3rl/purge.py
+../../tools/a3rl/node/purge.py

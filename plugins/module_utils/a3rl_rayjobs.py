@@ -1,1 +1,1 @@
-../../tools/a3rl/rayjobs.py
+../../tools/a3rl/node/rayjobs.py

@@ -1,1 +1,1 @@
-../../tools/a3rl/stage.py
+../../tools/a3rl/node/stage.py

@@ -10,7 +10,7 @@ description:
   - One call per node does all its devices, in parallel, so the check costs seconds.
   - C(probe) reads each device's address, link and net health (C(-ip -g), C(-link -g),
     C(-net_health -g)) and returns the raw outputs; the judging is done on the controller
-    (C(a3rl.npu_network)). With I(configure) and a I(plan) it first sets each device
+    (C(a3rl.node.npu_network)). With I(configure) and a I(plan) it first sets each device
     whose address differs (C(-ip -s address A netmask M)), and only those.
   - C(health) reads only the net health (C(-net_health -g)) of the given devices; the
     role repeats it while a device reads C(Init) (its detection initialising).

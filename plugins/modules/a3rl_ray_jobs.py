@@ -56,7 +56,7 @@ options:
   progress:
     description:
       - With C(status), also read the job's log and return where the job is - the latest
-        step and its metrics, parsed from verl's console lines (C(a3rl.metrics.progress)).
+        step and its metrics, parsed from verl's console lines (C(a3rl.node.metrics.progress)).
     type: bool
     default: false
   rerun:

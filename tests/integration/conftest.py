@@ -145,6 +145,14 @@ def kinds_in_order(result: PlayResult, host: str) -> list[str]:
     return [kind for _, _, h, kind in installer_runs(result) if h == host]
 
 
+def ansible_warnings(result: PlayResult) -> list[str]:
+    """The warnings Ansible printed in the run (``[WARNING]: ...``, ``[DEPRECATION
+    WARNING]: ...``; the lines after one, its origin, are not kept): a normal run has none."""
+    text = "".join(p.read_text() for p in sorted(result.record.glob("artifacts/*/stdout")))
+    return [line for line in text.splitlines()
+            if line.startswith(("[WARNING]", "[DEPRECATION WARNING]"))]
+
+
 def failure_text(result: PlayResult) -> str:
     return "\n".join(f"{h} | {t} | {m}" for h, t, m in result.failures)
 

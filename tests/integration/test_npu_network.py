@@ -210,7 +210,8 @@ def test_all_reduce_bandwidth_across_the_cluster_is_recorded(net):
     for host in ("node1", "node2"):
         assert f"{host}: the training container no-such-container is not running (" in \
             failure_text(missing)
-    assert ("No such container: no-such-container). Fix: run site.yml (or "
+    # community.docker.docker_container_exec's words for it.
+    assert ('Could not find container "no-such-container"). Fix: run site.yml (or '
             "playbooks/training_container.yml) first") in failure_text(missing)
     floor = 1e6
     slow = play(PLAY, net.inventory_dir, extravars={

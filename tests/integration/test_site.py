@@ -11,7 +11,7 @@ import pytest
 
 from a3rl.sim import cluster, podman
 
-from .conftest import failure_text, kinds_in_order, mark, play, snapshot
+from .conftest import ansible_warnings, failure_text, kinds_in_order, mark, play, snapshot
 
 DRIVER_VERSION_INFO = "/usr/local/Ascend/driver/version.info"
 
@@ -60,6 +60,8 @@ def test_site_passes_from_bare_nodes_and_second_run_changes_nothing(bare):
     second = play("site.yml", bare.inventory_dir)
     assert second.ok, failure_text(second)
     assert second.changed == 0, second.stats["changed"]
+    # `a3rl demo`'s first play, fresh and again: no warning from Ansible (issue 23).
+    assert ansible_warnings(first) == [] and ansible_warnings(second) == []
 
 
 def test_site_in_check_mode(bare):
@@ -67,6 +69,7 @@ def test_site_in_check_mode(bare):
     result = play("site.yml", bare.inventory_dir, check=True)
     assert result.ok, failure_text(result)
     assert result.changed == 0
+    assert ansible_warnings(result) == []
 
 
 def test_preflight_records_the_derived_nic(sim):

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from a3rl import metrics
+from a3rl.node import metrics
 from a3rl.paths import project_root
 
-from .conftest import failure_text, play, provision
+from .conftest import ansible_warnings, failure_text, play, provision
 
 # What this module asserts on is the same under either strategy: its plays run under
 # Mitogen (conftest.play_strategy).
@@ -55,6 +55,8 @@ def test_a_run_end_to_end_to_its_report(up, algo):
     result = play(TRAIN, up.inventory_dir,
                   extravars={"algo": algo, "overrides": SHORT, "train_job_poll": 1})
     assert result.ok, failure_text(result)
+    # `a3rl demo`'s second play: no warning from Ansible (issue 23).
+    assert ansible_warnings(result) == []
     ident = _submission_id(result)
     # Following showed progress: every poll carried the job's step (none before the first
     # step line), and the last one the final step of the total verl announced.

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from a3rl import artifacts, manifest, stage
+from a3rl import manifest
+from a3rl.node import artifacts, stage
 from a3rl.sim import upstreams
 
 IDENT = {

@@ -1,4 +1,4 @@
-"""The dist-checkpoint conversion record (a3rl.conversion): reuse only on equal settings,
+"""The dist-checkpoint conversion record (a3rl.node.conversion): reuse only on equal settings,
 and a conversion that did not finish never takes the place of a finished one."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from a3rl import conversion
+from a3rl.node import conversion
 
 WANT = {"model": "qwen3_235b", "source_digest": "abc", "converter_sha256": "def",
         "use_alltoall_overlap": "1", "nproc_per_node": "16"}

@@ -9,7 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from a3rl import artifacts, dataset_store
+from a3rl import dataset_store
+from a3rl.node import artifacts
 from a3rl.sim import datasets_fixture
 
 SPEC = {"source": "aime_raw", "format": "aime_2024", "dest": "data/dapo_math"}

@@ -1,4 +1,4 @@
-"""The cache-clean rules (a3rl.cache_clean) and the status report (a3rl.status)."""
+"""The cache-clean rules (a3rl.node.cache_clean) and the status report (a3rl.status)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from a3rl import cache_clean, status
+from a3rl import status
+from a3rl.node import cache_clean
 
 WD = "/data/a3rl/llm_rl/qwen3"
 

@@ -1,4 +1,4 @@
-"""The artifact fan-out chain (``a3rl.fanout``): the plan, and real relays over real
+"""The artifact fan-out chain (``a3rl.node.fanout``): the plan, and real relays over real
 localhost sockets writing real files - resume from offsets, a corrupted byte, a relay
 killed mid-stream, strangers and wrong tokens refused, relays that end by themselves.
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from a3rl import fanout, stage
+from a3rl.node import fanout, stage
 
 TOKEN = "t0ken-for-the-tests"
 RUN = "testrun"

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from a3rl import artifacts
+from a3rl.node import artifacts
 from a3rl.sim import hub
 
 MOE, DENSE = "Qwen/Qwen3-235B-A22B", "Qwen/Qwen3-32B"

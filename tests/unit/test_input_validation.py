@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from a3rl import artifacts, manifest
+from a3rl import manifest
 from a3rl import preflight as pf
+from a3rl.node import artifacts
 
 # ----------------------------------------------------------- 25.1 artifact dest safety
 
@@ -126,7 +127,7 @@ def test_a_bundle_tar_cut_short_is_packed_again(tmp_path):
 
 
 def test_cache_clean_refuses_a_path_under_a_symlinked_parent(tmp_path):
-    from a3rl import cache_clean
+    from a3rl.node import cache_clean
 
     root = tmp_path / "root"
     elsewhere = tmp_path / "elsewhere"
@@ -406,7 +407,7 @@ def _fan_nodes(*hosts):
     ({"min_bytes": -1}, "artifact_store_fanout_min_bytes -1"),
 ])
 def test_fanout_settings_are_refused_by_name_not_a_traceback(kwargs, needle):
-    from a3rl import fanout
+    from a3rl.node import fanout
 
     files = [{"path": "a.bin", "sha256": "a" * 64, "size": 10}]
     with pytest.raises(fanout.FanoutError, match=re.escape(needle)):
@@ -414,7 +415,7 @@ def test_fanout_settings_are_refused_by_name_not_a_traceback(kwargs, needle):
 
 
 def test_a_fanout_plan_with_a_negative_size_or_a_node_twice_is_refused():
-    from a3rl import fanout
+    from a3rl.node import fanout
 
     files = [{"path": "a.bin", "sha256": "a" * 64, "size": 10}]
     with pytest.raises(fanout.FanoutError, match="names node1 more than once"):

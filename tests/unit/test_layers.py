@@ -1,7 +1,8 @@
-"""The node-side layer: the files plugins/module_utils links to are carried to the nodes
-inside AnsiballZ payloads and run with the node's own Python, so they may import only the
-standard library (and, on the controller, nothing of the a3rl package either: a module
-cannot import what is not shipped with it)."""
+"""The node-side layer, tools/a3rl/node/: the files plugins/module_utils links to are
+carried to the nodes inside AnsiballZ payloads and run with the node's own Python, so they
+may import only the standard library (and nothing of the a3rl package either: a module
+cannot import what is not shipped with it). The whole subpackage is held to that, linked
+or not, and every link points into it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import pytest
 from a3rl.paths import project_root
 
 MODULE_UTILS = project_root() / "plugins" / "module_utils"
-NODE_SIDE = sorted(p for p in MODULE_UTILS.iterdir() if p.suffix == ".py")
+NODE_DIR = project_root() / "tools" / "a3rl" / "node"
+LINKS = sorted(p for p in MODULE_UTILS.iterdir() if p.suffix == ".py")
+NODE_SIDE = sorted(NODE_DIR.glob("*.py"))
 ALLOWED = set(sys.stdlib_module_names) | {"__future__"}
 # Optional clients a node-side function needs on the host that runs it, imported late
 # inside `try: ... except ImportError` that names the fix; nothing else may use them.
@@ -50,22 +53,31 @@ def imports(path: Path, guarded: bool = True) -> set[str]:
     return found
 
 
-def test_the_node_side_layer_is_what_module_utils_links_to():
-    assert NODE_SIDE, "plugins/module_utils has no node-side code"
-    for path in NODE_SIDE:
-        assert path.is_symlink() and path.resolve().parent == project_root() / "tools" / "a3rl"
+def test_every_module_utils_link_points_into_the_node_side_package():
+    assert LINKS, "plugins/module_utils has no node-side code"
+    for path in LINKS:
+        assert path.is_symlink(), f"{path.name} is not a link into tools/a3rl/node/"
+        assert path.resolve().parent == NODE_DIR, \
+            f"{path.name} links to {path.resolve()}, outside tools/a3rl/node/"
+        assert path.name == f"a3rl_{path.resolve().name}", path.name
+
+
+def test_every_node_side_module_is_linked_for_the_nodes():
+    linked = {p.resolve() for p in LINKS}
+    unlinked = [p.name for p in NODE_SIDE if p.name != "__init__.py" and p.resolve() not in linked]
+    assert not unlinked, (f"tools/a3rl/node/{unlinked} is not linked from plugins/module_utils:"
+                          " link it (a3rl_<name>.py) or move it to the controller side")
 
 
 @pytest.mark.parametrize("path", NODE_SIDE, ids=lambda p: p.name)
 def test_node_side_code_imports_only_the_standard_library(path):
-    real = path.resolve()
-    optional = {mod for (name, mod) in OPTIONAL if name == real.name}
-    extra = imports(real) - ALLOWED - optional
+    optional = {mod for (name, mod) in OPTIONAL if name == path.name}
+    extra = imports(path) - ALLOWED - optional
     # an optional client is allowed only where its absence is caught
-    extra |= (imports(real, guarded=False) - ALLOWED) & optional
-    assert not extra, (f"{path.resolve().name} runs on the nodes (plugins/module_utils/"
-                       f"{path.name}) but imports {sorted(extra)}: keep it to the standard "
-                       "library, or move that code to the controller side")
+    extra |= (imports(path, guarded=False) - ALLOWED) & optional
+    assert not extra, (f"tools/a3rl/node/{path.name} runs on the nodes (through "
+                       f"plugins/module_utils) but imports {sorted(extra)}: keep it to the "
+                       "standard library, or move that code to the controller side")
 
 
 def test_the_import_check_sees_late_and_relative_imports(tmp_path):

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from a3rl import metrics
+from a3rl.node import metrics
 
 CYAN, RESET = "\x1b[36m", "\x1b[0m"
 TR = f"{CYAN}(TaskRunner pid=45210){RESET} "

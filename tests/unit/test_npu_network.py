@@ -1,4 +1,4 @@
-"""NPU network checks (a3rl.npu_network): hccn_tool output, the device-IP plan, which
+"""NPU network checks (a3rl.node.npu_network): hccn_tool output, the device-IP plan, which
 devices ping which, the verdict and its messages, the all-reduce test's output; and the
 simulator's stand-in hccn_tool run for real in a temporary root."""
 
@@ -13,12 +13,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 try:
-    from a3rl import npu_network as nn
+    from a3rl.node import npu_network as nn
     from a3rl.sim import inventory
     from a3rl.sim.cluster import Node
 except ImportError:  # not installed into this interpreter: use the source tree
     sys.path.insert(0, str(REPO / "tools"))
-    from a3rl import npu_network as nn
+    from a3rl.node import npu_network as nn
     from a3rl.sim import inventory
     from a3rl.sim.cluster import Node
 
@@ -277,9 +277,6 @@ def test_hccl_socket_env_names_the_cluster_nic_exactly():
     assert nn.hccl_socket_env("eth0", "fd00::1")["HCCL_SOCKET_FAMILY"] == "AF_INET6"
     with pytest.raises(ValueError, match="node2: no NIC holds cluster_ip 10.0.0.2.*cluster_nic"):
         nn.hccl_socket_env(None, "10.0.0.2", "node2")
-    assert nn.docker_env_args(nn.hccl_socket_env("eth0", "10.0.0.1")) == [
-        "-e", "HCCL_SOCKET_IFNAME==eth0", "-e", "HCCL_SOCKET_FAMILY=AF_INET"]
-    assert nn.docker_env_args({}) == []
 
 
 def test_no_plan_means_presence_and_uniqueness_only():

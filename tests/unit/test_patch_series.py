@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from a3rl.patch_series import (
+from a3rl.node.patch_series import (
     PatchSeriesError,
     apply,
     discover,
@@ -421,7 +421,7 @@ def test_corrupt_patch_is_named(wd):
 def test_hunks_are_found_in_git_format_patches():
     """Hunk headers are mapped in mail-style patches; a removed "-- x" line inside a hunk
     is not a file header."""
-    from a3rl.patch_series import _hunks
+    from a3rl.node.patch_series import _hunks
 
     data = (b"From 0 Mon Sep 17 00:00:00 2001\nSubject: [PATCH] x\n\n---\n a | 2 +-\n\n"
             b"diff --git a/verl/a.py b/verl/a.py\nindex 1..2 100644\n--- a/verl/a.py\n"

@@ -277,7 +277,7 @@ def test_missing_path_is_named(tmp_path):
 
 
 def test_entry_the_store_holds_as_specified_is_not_looked_at_again(tmp_path):
-    from a3rl import artifacts
+    from a3rl.node import artifacts
 
     spec = {"kind": "http", "url": "http://unreachable.invalid/x", "dest": "x", "sha256": "2" * 64}
     artifacts.write_manifest(str(tmp_path), {"version": 1, "artifacts": {

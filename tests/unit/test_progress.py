@@ -9,8 +9,9 @@ import re
 
 from rich.console import Console
 
-from a3rl import progress, runs
-from a3rl.progress import LiveDisplay, PlainDisplay, Tracker, error_text, replay
+from a3rl import fold, progress, runs
+from a3rl.fold import Tracker, error_text, replay
+from a3rl.progress import LiveDisplay, PlainDisplay
 
 ANSI = re.compile(r"\x1b\[")
 
@@ -46,13 +47,13 @@ def test_error_text_of_a_crashed_module_and_of_a_loop_and_of_a_hidden_result():
 
 
 def test_units():
-    assert progress.human_bytes(17649) == "17.6 kB"
-    assert progress.human_bytes(999) == "999 B"
-    assert progress.human_bytes(3.2e12) == "3.2 TB"
-    assert progress.human_seconds(3.25) == "3.2s"
-    assert progress.human_seconds(75) == "1m15s"
-    assert progress.human_seconds(3 * 3600 + 120) == "3h02m"
-    assert progress.human_seconds(None) == "-"
+    assert fold.human_bytes(17649) == "17.6 kB"
+    assert fold.human_bytes(999) == "999 B"
+    assert fold.human_bytes(3.2e12) == "3.2 TB"
+    assert fold.human_seconds(3.25) == "3.2s"
+    assert fold.human_seconds(75) == "1m15s"
+    assert fold.human_seconds(3 * 3600 + 120) == "3h02m"
+    assert fold.human_seconds(None) == "-"
 
 
 # ---- host states and failures --------------------------------------------------------
@@ -319,7 +320,7 @@ def test_the_live_view_draws_hosts_transfers_and_the_job(recorded):
     for e in runs.load_events(recorded("data-transfers")):
         live.event(e)
         if e["event"] == "runner_item_on_ok" and "Send" in e["event_data"]["task"]:
-            console.print(live.render(progress.event_time(e)))
+            console.print(live.render(fold.event_time(e)))
             frames.append(buf.getvalue())
     assert len(frames) == 4
     last = frames[-1]
@@ -334,7 +335,7 @@ def test_the_live_view_draws_hosts_transfers_and_the_job(recorded):
         if e["event"] == "runner_retry" and e["event_data"]["res"]["progress"]["step"] == 1:
             buf.truncate(0)
             buf.seek(0)
-            console.print(live2.render(progress.event_time(e)))
+            console.print(live2.render(fold.event_time(e)))
             frame = buf.getvalue()
     assert "job a3rl-grpo-qwen3_32b-real-0da7b98c" in frame
     assert "RUNNING  step 1/2  (simulated)" in frame and "perf/throughput=117.2" in frame

@@ -1,4 +1,4 @@
-"""The teardown purge (a3rl.purge): only what the project's records name goes; a file
+"""The teardown purge (a3rl.node.purge): only what the project's records name goes; a file
 placed by hand beside the project's files stays and is reported."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from a3rl import purge
+from a3rl.node import purge
 
 
 def _placed(root, rel: str, data: bytes, stamps) -> None:

@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from a3rl import runner
-from a3rl.progress import PlainDisplay, Tracker
+from a3rl.fold import Tracker
+from a3rl.progress import PlainDisplay
 
 PLAY = """\
 - name: Local | A tiny play

@@ -6,7 +6,7 @@ working directory the stand-in upstreams build (the real verl 0.6.0 configs, the
 patch series applied, DAPO's configs copied in), the stand-in datasets converted by
 ``a3rl.datasets`` and the stand-in models of ``a3rl.sim.hub``: composition and a Hydra typo,
 the data, model and reward checks and what they refuse, the per-node verdict on the probes'
-reports, and metric lines that ``a3rl.metrics`` parses back as simulated steps, the same
+reports, and metric lines that ``a3rl.node.metrics`` parses back as simulated steps, the same
 for the same config, in the very format of verl's console logger.
 """
 
@@ -29,7 +29,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from a3rl import datasets, metrics
+from a3rl import datasets
+from a3rl.node import metrics
 from a3rl.sim import cann, datasets_fixture, hub, upstreams
 
 CONTEXT = cann.CONTEXT

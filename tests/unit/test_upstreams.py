@@ -256,7 +256,7 @@ def test_the_engine_gives_the_recipes_tree_in_one_run(up, workspace, tmp_path):
     """The engine on the layout build_project.sh gives, gives file for file what the
     recipe's apply_all_patches.sh gives; a second run changes nothing (the patch that
     edits a plain file beside the patches included)."""
-    from a3rl import patch_series
+    from a3rl.node import patch_series
 
     git(tmp_path, "clone", "-q", up.url("recipe"), "recipe")
     git(tmp_path / "recipe", "checkout", "-q", up.recipe_commits["clean"])

@@ -95,7 +95,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 def _display(args: argparse.Namespace, playbook: str) -> tuple[Any, bool]:
     """The progress display for this run and ansible-runner's ``quiet``."""
-    from a3rl.progress import LiveDisplay, PlainDisplay, Tracker
+    from a3rl.fold import Tracker
+    from a3rl.progress import LiveDisplay, PlainDisplay
 
     if getattr(args, "quiet", False):
         return None, True
@@ -149,7 +150,7 @@ def summary_lines(result: Any) -> tuple[Table, list[str]]:
     table = Table(title=title, box=_box(), title_justify="left")
     for col in ("host", "ok", "changed", "failed", "unreachable", "skipped", "busy"):
         table.add_column(col, justify="left" if col == "host" else "right")
-    from a3rl.progress import human_seconds
+    from a3rl.fold import human_seconds
 
     if hosts:
         for h, v in sorted(hosts.items()):
@@ -164,7 +165,7 @@ def summary_lines(result: Any) -> tuple[Table, list[str]]:
                                for k in ("ok", "changed", "failures", "dark", "skipped")), "-")
     lines = []
     for t in s.get("training") or []:
-        from a3rl.progress import Training
+        from a3rl.fold import Training
 
         tr = Training(t["host"], t["submission_id"], t["status"], t.get("message", ""),
                       t.get("step"), t.get("total_steps"), t.get("metrics") or {},

@@ -19,7 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from a3rl import artifacts, datasets
+from a3rl import datasets
+from a3rl.node import artifacts
 
 
 class DatasetError(Exception):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from a3rl import artifacts
+from a3rl.node import artifacts
 
 
 def artifact_names(manifest: dict[str, dict[str, Any]], groups: list[str] | str) -> list[str]:

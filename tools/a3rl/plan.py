@@ -34,7 +34,7 @@ WEIGHTS = ("real", "random")
 CHECKPOINTS = ("none", "mcore", "hf")
 # verl's config folder in the recipe working directory; DAPO's configs are copied there.
 CONFIG_DIR = "verl/trainer/config"
-# The key a3rl.conversion records USE_ALLTOALL_OVERLAP under (a3rl-conversion.json).
+# The key a3rl.node.conversion records USE_ALLTOALL_OVERLAP under (a3rl-conversion.json).
 RECORD_ALLTOALL = "use_alltoall_overlap"
 # Turns off a feature a run has by default: -e features=no-sam.
 FEATURE_OFF = "no-"
@@ -476,32 +476,7 @@ def make_plan(algo: str, model: str, weights: str, features: Iterable[str] | str
 
     # The run's values, then the user's overrides of them (which every rule then sees).
     params = {name: run.get(name) for name in PARAM_KEYS}
-    extras: list[tuple[str, str, Any]] = []
-    if isinstance(extra_overrides, str | bytes | Mapping):
-        problems.append(f"overrides {extra_overrides!r} is not a list of 'key=value' strings "
-                        "(-e '{\"overrides\": [\"data.train_batch_size=64\"]}')")
-        extra_overrides = []
-    for override in extra_overrides or []:
-        if not isinstance(override, str):
-            problems.append(f"extra override {override!r} ({_kind_of(override)}) is not a "
-                            "'key=value' string")
-            continue
-        try:
-            prefix, okey, text = split_override(override)
-            value = parse_value(text)
-        except ValueError as e:
-            problems.append(f"extra override {override!r}: {e}")
-            continue
-        if "~" in prefix:
-            problems.append(f"extra override {override!r}: deleting keys is not supported")
-        elif okey in DERIVED_KEYS:
-            problems.append(f"extra override {override!r}: {okey} is computed from "
-                            f"{DERIVED_KEYS[okey]}; set that instead")
-        elif okey in _KEY_PARAMS:
-            params[_KEY_PARAMS[okey]] = _stages_to_layers(value) \
-                if _KEY_PARAMS[okey] == "pipeline_layers" else value
-        else:
-            extras.append((prefix, okey, value))
+    extras = _user_overrides(extra_overrides, params, problems)
     # A value the recipe's script derives from NODES is its formula in runs.yml: computed
     # here as bash would, for this plan's node count (a user's value replaces it).
     derived_ok = True
@@ -513,15 +488,7 @@ def make_plan(algo: str, model: str, weights: str, features: Iterable[str] | str
     ok = _check_params(params if derived_ok else {**params, "train_cp": 1}, problems) \
         and derived_ok
     checkpoint = run.get("checkpoint")
-    if checkpoint not in CHECKPOINTS:
-        problems.append(f"runs.yml {key}: checkpoint {checkpoint!r} is not one of "
-                        f"{', '.join(CHECKPOINTS)}")
-    elif (checkpoint == "none") != (weights == "random"):
-        problems.append(f"runs.yml {key}: checkpoint {checkpoint} does not fit {weights} "
-                        f"weights (none is random initialisation)")
-    elif checkpoint == "mcore" and not (mprof.get("weights") or {}).get("dist_checkpoint"):
-        problems.append(f"runs.yml {key}: loads a dist-checkpoint, but models.yml makes none "
-                        f"for {model} (weights.dist_checkpoint)")
+    _check_checkpoint(key, checkpoint, weights, model, mprof, problems)
 
     # Cluster size and parallel layout.
     layers = mprof.get("layers")
@@ -569,17 +536,7 @@ def make_plan(algo: str, model: str, weights: str, features: Iterable[str] | str
         values["speculative_batch_size_thre"] = int(env.get("VLLM_SPECULATIVE_BATCH_SIZE_THRE",
                                                             -1))
     if checkpoint == "mcore" and checkpoint_record is not None and env:
-        want = env.get("USE_ALLTOALL_OVERLAP", "0")
-        have = checkpoint_record.get(RECORD_ALLTOALL)
-        have_s = ("1" if have else "0") if isinstance(have, bool) else str(have)
-        if have is None:
-            problems.append(f"the dist-checkpoint's record does not say how it was converted "
-                            f"({RECORD_ALLTOALL}): convert it again (weights play)")
-        elif have_s != want:
-            problems.append(
-                f"the dist-checkpoint was converted with USE_ALLTOALL_OVERLAP={have}, this run "
-                f"uses {want}: convert again with {want} (weights play) or "
-                f"{'drop' if want == '1' else 'add'} the alltoall_overlap feature")
+        _check_record(checkpoint_record, env, problems)
 
     overrides = tuple(f"{prefix}{k}={render_value(v)}" for k, (prefix, v) in ov.items())
     problems += check_types(overrides)
@@ -592,6 +549,69 @@ def make_plan(algo: str, model: str, weights: str, features: Iterable[str] | str
                 config_name=str(aprof["config_name"]),
                 workdir=str(paths.get("workdir", "")).rstrip("/"),
                 patched_keys=tuple(profiles.get("a3rl_patched_keys") or ()))
+
+
+def _user_overrides(extra_overrides: Iterable[str] | None, params: dict[str, Any],
+                    problems: list[str]) -> list[tuple[str, str, Any]]:
+    """The user's Hydra overrides: a run parameter's key sets ``params`` (so every rule sees
+    it); any other key is returned as ``(prefix, key, value)``, applied last."""
+    extras: list[tuple[str, str, Any]] = []
+    if isinstance(extra_overrides, str | bytes | Mapping):
+        problems.append(f"overrides {extra_overrides!r} is not a list of 'key=value' strings "
+                        "(-e '{\"overrides\": [\"data.train_batch_size=64\"]}')")
+        return extras
+    for override in extra_overrides or []:
+        if not isinstance(override, str):
+            problems.append(f"extra override {override!r} ({_kind_of(override)}) is not a "
+                            "'key=value' string")
+            continue
+        try:
+            prefix, okey, text = split_override(override)
+            value = parse_value(text)
+        except ValueError as e:
+            problems.append(f"extra override {override!r}: {e}")
+            continue
+        if "~" in prefix:
+            problems.append(f"extra override {override!r}: deleting keys is not supported")
+        elif okey in DERIVED_KEYS:
+            problems.append(f"extra override {override!r}: {okey} is computed from "
+                            f"{DERIVED_KEYS[okey]}; set that instead")
+        elif okey in _KEY_PARAMS:
+            params[_KEY_PARAMS[okey]] = _stages_to_layers(value) \
+                if _KEY_PARAMS[okey] == "pipeline_layers" else value
+        else:
+            extras.append((prefix, okey, value))
+    return extras
+
+
+def _check_checkpoint(key: str, checkpoint: Any, weights: str, model: str,
+                      mprof: Mapping[str, Any], problems: list[str]) -> None:
+    """The run's checkpoint kind fits its weights and the model's profile."""
+    if checkpoint not in CHECKPOINTS:
+        problems.append(f"runs.yml {key}: checkpoint {checkpoint!r} is not one of "
+                        f"{', '.join(CHECKPOINTS)}")
+    elif (checkpoint == "none") != (weights == "random"):
+        problems.append(f"runs.yml {key}: checkpoint {checkpoint} does not fit {weights} "
+                        f"weights (none is random initialisation)")
+    elif checkpoint == "mcore" and not (mprof.get("weights") or {}).get("dist_checkpoint"):
+        problems.append(f"runs.yml {key}: loads a dist-checkpoint, but models.yml makes none "
+                        f"for {model} (weights.dist_checkpoint)")
+
+
+def _check_record(record: Mapping[str, Any], env: Mapping[str, str],
+                  problems: list[str]) -> None:
+    """The dist-checkpoint was converted with this run's USE_ALLTOALL_OVERLAP."""
+    want = env.get("USE_ALLTOALL_OVERLAP", "0")
+    have = record.get(RECORD_ALLTOALL)
+    have_s = ("1" if have else "0") if isinstance(have, bool) else str(have)
+    if have is None:
+        problems.append(f"the dist-checkpoint's record does not say how it was converted "
+                        f"({RECORD_ALLTOALL}): convert it again (weights play)")
+    elif have_s != want:
+        problems.append(
+            f"the dist-checkpoint was converted with USE_ALLTOALL_OVERLAP={have}, this run "
+            f"uses {want}: convert again with {want} (weights play) or "
+            f"{'drop' if want == '1' else 'add'} the alltoall_overlap feature")
 
 
 def _features(features: Iterable[str] | str | None,

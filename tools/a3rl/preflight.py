@@ -15,8 +15,9 @@ import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from a3rl import artifacts, ray
-from a3rl.fanout import whole_number
+from a3rl import ray
+from a3rl.node import artifacts
+from a3rl.node.fanout import whole_number
 
 CLUSTER_GROUPS = ("head", "workers")
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from a3rl.metrics import KEY_METRICS, summary
+from a3rl.node.metrics import KEY_METRICS, summary
 
 REPORT_NAME = "report.md"
 PLOT_NAME = "metrics.png"
@@ -350,7 +350,7 @@ def render(run_dir: Path, plan: dict | None, steps: list[dict],
     ``plan`` is the run's plan (``algo``, ``model``, ``weights``, ``features``, ``nodes``,
     and the rendered ``entrypoint``/``config_name``/``overrides``), or None. ``status`` is
     the job as Ray's job API returns it (``submission_id``, ``status``, ``message``,
-    ``start_time``/``end_time`` in ms). ``steps`` come from :func:`a3rl.metrics.parse_log`.
+    ``start_time``/``end_time`` in ms). ``steps`` come from :func:`a3rl.node.metrics.parse_log`.
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

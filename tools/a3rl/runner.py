@@ -2,7 +2,8 @@
 
 Plain ``ansible-playbook`` stays the reference way to run every play; this is the same
 run with its events kept under ``runs/<timestamp>-<play>/``, shown live while it runs
-(:mod:`a3rl.progress`) and summarised in ``summary.json`` at the end (:mod:`a3rl.runs`).
+(:mod:`a3rl.progress`, from the fold of its events in :mod:`a3rl.fold`) and summarised
+in ``summary.json`` at the end (:mod:`a3rl.runs`).
 """
 
 from __future__ import annotations
@@ -179,7 +180,8 @@ def run_play(
     import ansible_runner  # imported late: `a3rl sim` does not need it
 
     from a3rl import runs
-    from a3rl.progress import NullDisplay, Tracker
+    from a3rl.fold import Tracker
+    from a3rl.progress import NullDisplay
 
     root = project_root()
     extravars = extravars or {}

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from a3rl.progress import (
+from a3rl.fold import (
     ITEM_EVENTS,
     RESULT_EVENTS,
     TASK_START_EVENTS,

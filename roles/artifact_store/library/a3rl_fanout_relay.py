@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 module: a3rl_fanout_relay
 short_description: Receive the artifact stream, write and verify this node's files, forward the rest
 description:
-  - One link of the pipelined chain of C(a3rl.fanout). Started with C(async) and C(poll 0)
+  - One link of the pipelined chain of C(a3rl.node.fanout). Started with C(async) and C(poll 0)
     on every node of the chain before the controller starts sending, collected with
     C(async_status).
   - Listens on I(listen) - a unix socket for the first node (the controller's stream

@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 module: a3rl_purge
 short_description: Remove the files the project's records name, and say what was kept
 description:
-  - Each entry names one kind of record (see a3rl.purge) - stamped (verified copies and
+  - Each entry names one kind of record (see a3rl.node.purge) - stamped (verified copies and
     their stamps), tree (a git tree carrying the project's ref), folder (a folder named
     after the project's record), files (named files in a folder).
   - Nothing else under an entry's top folder is removed; what stays is returned as kept.

@@ -9,7 +9,7 @@ short_description: Parse a run's log into metrics and write its report under run
 description:
   - Runs on the controller (C(delegate_to: localhost)) with the project's Python.
   - Reads C(job.log) in I(run_dir), writes C(metrics.jsonl) (verl's console metrics per
-    step, a3rl.metrics), C(plan.json), C(status.json), and C(report.md) with
+    step, a3rl.node.metrics), C(plan.json), C(status.json), and C(report.md) with
     C(metrics.png) beside the recipe's published figures (a3rl.report).
 options:
   run_dir:
@@ -32,7 +32,7 @@ steps:
   type: int
   returned: always
 summary:
-  description: a3rl.metrics.summary of the steps.
+  description: a3rl.node.metrics.summary of the steps.
   type: dict
   returned: always
 report:
@@ -59,7 +59,8 @@ def main():
     try:
         from pathlib import Path
 
-        from a3rl import metrics, report
+        from a3rl import report
+        from a3rl.node import metrics
     except ImportError as e:
         module.fail_json(msg=f"the controller's Python lacks the a3rl package ({e}). Fix: run "
                              "ansible-playbook from the project's venv (make venv).")

@@ -7,12 +7,12 @@ root's ``src`` and ``wheels``) may be shared storage or a data root other people
 so a purge never removes a folder wholesale. It reads the project's own records:
 
 - ``stamped``: a verified copy's stamp (``<stamps>/<path>.sha256``, written by
-  ``a3rl.stage.check_files`` after the copy's sha256 matched) names a file the project
+  ``a3rl.node.stage.check_files`` after the copy's sha256 matched) names a file the project
   placed at ``<root>/<path>``. The file goes, with its stamp, when its size is still the
   recorded one; a file changed since (another size) is kept and reported.
 - ``tree``: a source tree (each child of ``path`` with ``children``) or the recipe working
   directory, a git repository carrying the project's own ref (``refs/a3rl/pinned`` from
-  ``a3rl.stage.checkout``, ``refs/a3rl/pristine`` from ``build_workdir``), or a folder
+  ``a3rl.node.stage.checkout``, ``refs/a3rl/pristine`` from ``build_workdir``), or a folder
   holding the project's record file (``a3rl-conversion.json``, a finished Megatron
   dist-checkpoint). A folder there without it is not the project's and is kept.
 - ``files``: named files or folders in a folder, named by the project's own record: the

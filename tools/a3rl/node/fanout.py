@@ -12,7 +12,7 @@ about size / link plus one hop's latency per node.
 - ``send``: the controller's end. It streams the planned files out of the store into the
   first hop (over SSH: :func:`ssh_first_hop`).
 - ``relay``: a node's end. It accepts the stream from its predecessor only, writes and
-  hashes the files it needs, stamps each verified one exactly as ``a3rl.stage`` does, and
+  hashes the files it needs, stamps each verified one exactly as ``a3rl.node.stage`` does, and
   forwards the stream to its successor.
 
 One stream carries every file of the run::
@@ -311,7 +311,7 @@ def check_hello(sock: socket.socket, token: str, run: str, position: int) -> Non
 
 
 def write_stamp(root: str, stamp_root: str | None, rel: str, sha256: str, size: int) -> None:
-    """The stamp ``a3rl.stage.check_files`` writes after a passed check (the same format,
+    """The stamp ``a3rl.node.stage.check_files`` writes after a passed check (the same format,
     so the next run's check skips the file without reading it again)."""
     st = os.stat(os.path.join(root, rel))
     stamp = os.path.join(stamp_root or root, rel) + STAMP_SUFFIX
@@ -473,6 +473,99 @@ def _listener(listen: str) -> tuple[socket.socket, str]:
     return srv, kind
 
 
+def _resume(root: str, need: set[str],
+            plan_files: dict[str, dict[str, Any]]) -> tuple[dict[str, int], dict[str, Any]]:
+    """Per needed file, the bytes a partial copy already holds and a hasher fed with them
+    (a copy longer than planned is removed: it cannot be a prefix)."""
+    have: dict[str, int] = {}
+    hashers: dict[str, Any] = {}
+    for rel in need:
+        if rel not in plan_files:
+            continue
+        path = os.path.join(root, _safe_rel(rel))
+        size = os.path.getsize(path) if os.path.isfile(path) else 0
+        if size > int(plan_files[rel]["size"]):
+            os.unlink(path)
+            size = 0
+        have[rel] = size
+        hashers[rel] = _prefix(path, size) if size else hashlib.sha256()
+    return have, hashers
+
+
+def _accept(srv: socket.socket, kind: str, peer: str | None, token: str, run: str,
+            position: int, until: float, out: dict[str, Any]) -> socket.socket | None:
+    """The predecessor's connection, once one proves the run's token (from ``peer`` only,
+    over TCP); None when none did by ``until``. Each refused one counts in ``rejected``."""
+    while True:
+        left = until - time.monotonic()
+        if left <= 0:
+            return None
+        srv.settimeout(left)
+        try:
+            conn, addr = srv.accept()
+        except socket.timeout:  # noqa: UP041 - on Python 3.7 it is not TimeoutError
+            continue
+        if kind == "tcp" and addr[0] != peer:
+            conn.close()
+            out["rejected"] += 1
+            continue
+        conn.settimeout(HELLO_TIMEOUT)
+        try:
+            check_hello(conn, token, run, position)
+        except (OSError, EOFError, ValueError, FanoutError):
+            conn.close()
+            out["rejected"] += 1
+            continue
+        return conn
+
+
+def _pass_bytes(up: socket.socket, view: memoryview, rel: str, left: int, *,
+                down: Hop | None, sink: _Sink | None, end_by: float, t0: float,
+                out: dict[str, Any]) -> None:
+    """Read one file's ``left`` bytes from the stream, forwarding them to ``down`` and
+    writing them through ``sink`` (either may be None); each read counts in ``received``
+    at once, so a stream that breaks mid-file is counted up to the break."""
+    while left:
+        if time.monotonic() > end_by:
+            raise FanoutError(f"the relay's deadline ({end_by - t0:.0f} s) passed")
+        k = up.recv_into(view, min(left, CHUNK))
+        if k == 0:
+            raise EOFError(f"the stream ended {left} bytes before the end of {rel}")
+        chunk = view[:k]
+        out["received"] += k
+        if down is not None:
+            down.send(chunk)
+        if sink is not None:
+            sink.feed(chunk)
+        left -= k
+
+
+def _settle(root: str, stamp_root: str | None, sink: _Sink, want: dict[str, Any],
+            out: dict[str, Any]) -> None:
+    """A file written whole: stamped when its digest and size are the planned ones,
+    removed otherwise."""
+    sink.close()
+    out["written"] += sink.written
+    digest = sink.hasher.hexdigest()
+    path = os.path.join(root, sink.rel)
+    if digest == want["sha256"] and os.path.getsize(path) == want["size"]:
+        write_stamp(root, stamp_root, sink.rel, want["sha256"], int(want["size"]))
+        out["verified"].append(sink.rel)
+    else:
+        os.unlink(path)
+        out["damaged"].append(sink.rel)
+
+
+def _remove_socket(path: str) -> None:
+    """The first node's socket and its folder (kept while another run's socket is there)."""
+    if os.path.exists(path):
+        os.unlink(path)
+    try:
+        os.rmdir(os.path.dirname(path))
+    except OSError:
+        pass  # another run's socket is there
+
+
 def relay(
     root: str,
     files: list[dict[str, Any]],
@@ -515,46 +608,18 @@ def relay(
         out["upstream"] = f"cannot listen on {listen}: {e}"
         out["seconds"] = round(time.monotonic() - t0, 3)
         return out
-    have: dict[str, int] = {}
-    hashers: dict[str, Any] = {}
     up = None
     down = Hop(None, io_timeout)
     sink = None
     try:
-        # Partial copies from an interrupted run: hash what is there while the stream is
-        # not here yet (the predecessor's connection waits in the listen backlog).
-        for rel in need:
-            if rel not in plan_files:
-                continue
-            path = os.path.join(root, _safe_rel(rel))
-            size = os.path.getsize(path) if os.path.isfile(path) else 0
-            if size > int(plan_files[rel]["size"]):
-                os.unlink(path)
-                size = 0
-            have[rel] = size
-            hashers[rel] = _prefix(path, size) if size else hashlib.sha256()
-        while up is None:
-            left = min(t0 + connect_timeout, end_by) - time.monotonic()
-            if left <= 0:
-                out["upstream"] = f"no predecessor connected within {connect_timeout:.0f} s"
-                return out
-            srv.settimeout(left)
-            try:
-                conn, addr = srv.accept()
-            except socket.timeout:  # noqa: UP041 - on Python 3.7 it is not TimeoutError
-                continue
-            if kind == "tcp" and addr[0] != peer:
-                conn.close()
-                out["rejected"] += 1
-                continue
-            conn.settimeout(HELLO_TIMEOUT)
-            try:
-                check_hello(conn, token, run, position)
-            except (OSError, EOFError, ValueError, FanoutError):
-                conn.close()
-                out["rejected"] += 1
-                continue
-            up = conn
+        # Partial copies from an interrupted run: hashed while the stream is not here yet
+        # (the predecessor's connection waits in the listen backlog).
+        have, hashers = _resume(root, need, plan_files)
+        up = _accept(srv, kind, peer, token, run, position,
+                     min(t0 + connect_timeout, end_by), out)
+        if up is None:
+            out["upstream"] = f"no predecessor connected within {connect_timeout:.0f} s"
+            return out
         srv.close()
         srv = None
         up.settimeout(io_timeout)
@@ -590,32 +655,11 @@ def relay(
                 else:
                     sink = _Sink(root, rel, want, have[rel], hashers[rel])
                     out["changed"] = True
-            left = int(want["size"]) - int(want["offset"])
-            while left:
-                if time.monotonic() > end_by:
-                    raise FanoutError(f"the relay's deadline ({end_by - t0:.0f} s) passed")
-                k = up.recv_into(view, min(left, CHUNK))
-                if k == 0:
-                    raise EOFError(f"the stream ended {left} bytes before the end of {rel}")
-                chunk = view[:k]
-                out["received"] += k
-                if fwd:
-                    down.send(chunk)
-                if sink is not None:
-                    sink.feed(chunk)
-                left -= k
+            _pass_bytes(up, view, rel, int(want["size"]) - int(want["offset"]),
+                        down=down if fwd else None, sink=sink, end_by=end_by, t0=t0, out=out)
             if sink is not None:
-                sink.close()
-                out["written"] += sink.written
-                digest = sink.hasher.hexdigest()
-                sink = None
-                size = os.path.getsize(os.path.join(root, rel))
-                if digest == want["sha256"] and size == want["size"]:
-                    write_stamp(root, stamp_root, rel, want["sha256"], int(want["size"]))
-                    out["verified"].append(rel)
-                else:
-                    os.unlink(os.path.join(root, rel))
-                    out["damaged"].append(rel)
+                done, sink = sink, None
+                _settle(root, stamp_root, done, want, out)
     except (OSError, EOFError, ValueError, FanoutError) as e:
         out["upstream"] = str(e) or type(e).__name__
     finally:
@@ -637,13 +681,7 @@ def relay(
         if srv is not None:
             srv.close()
         if kind == "unix":
-            path = listen[len("unix:"):]
-            if os.path.exists(path):
-                os.unlink(path)
-            try:
-                os.rmdir(os.path.dirname(path))
-            except OSError:
-                pass  # another run's socket is there
+            _remove_socket(listen[len("unix:"):])
         for rel in need:
             path = os.path.join(root, rel)
             if rel not in out["verified"] and os.path.isfile(path):

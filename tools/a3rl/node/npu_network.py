@@ -485,11 +485,6 @@ def hccl_socket_env(nic: str | None, address: str, host: str = "") -> dict[str, 
     return {"HCCL_SOCKET_IFNAME": f"={nic}", "HCCL_SOCKET_FAMILY": family}
 
 
-def docker_env_args(env: Mapping[str, Any]) -> list[str]:
-    """``docker exec`` options setting ``env``: ``-e NAME=VALUE`` each, in order."""
-    return [arg for k, v in env.items() for arg in ("-e", f"{k}={v}")]
-
-
 def mpich_hostfile(entries: Sequence[Sequence[Any]]) -> str:
     """MPICH's hostfile, ``address:processes`` per node (the HCCL Test guide's format)."""
     return "".join(f"{addr}:{int(n)}\n" for addr, n in entries)
