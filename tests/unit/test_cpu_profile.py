@@ -80,7 +80,7 @@ def test_what_cpu_cannot_honour_is_replaced_and_each_change_is_listed_with_its_r
 def test_the_layer_reaches_every_process_through_the_jobs_env_and_the_entrypoint_matches() -> None:
     job = cpu_profile.cpu_job({**real(), "env": {"PYTHONPATH": "/x"}}, nodes=2,
                               layer_dir="/opt/layer")
-    assert job["env"]["PYTHONPATH"] == "/opt/layer:/x"
+    assert job["env"]["PYTHONPATH"] == "/opt/layer:/data/a3rl/llm_rl/qwen3:/x"
     words = shlex.split(job["entrypoint"])
     assert words[:3] == ["python3", "-m", "verl.trainer.main_ppo"]
     assert words[3] == "--config-path=/data/a3rl/llm_rl/qwen3/verl/trainer/config"

@@ -20,8 +20,10 @@ a real cluster) and derives the job the simulator submits to real verl 0.6.0:
   ratio of mini batch to batch, tiny prompt/response lengths, fixed micro batches, eager
   attention without remove-padding, and the console logger.
 * ADDED to the env: ``PYTHONPATH`` with the simulator's CPU stand-in layer
-  (``files/verl-cpu-standin``, in the simulator's image), which Ray's runtime environment
-  carries to the driver, the TaskRunner and every worker.
+  (``files/verl-cpu-standin``, in the simulator's image) and the recipe working
+  directory (whose staged, patched verl tree is the verl that runs: the image installs
+  none), which Ray's runtime environment carries to the driver, the TaskRunner and every
+  worker.
 
 Only runs of verl's ``main_ppo`` with ``ppo_megatron_trainer`` (the GRPO runs) have a
 CPU profile; ``supported`` says so, and the simulator keeps its stand-in trainer for the
@@ -159,7 +161,10 @@ def cpu_job(job: Mapping[str, Any], nodes: int, layer_dir: str = LAYER_DIR) -> d
     overrides = [f"{prefix}{k}={render_value(v)}" for k, (prefix, v) in out.items()]
     kept = [o for o in job["overrides"] if o in overrides]
     env = dict(job.get("env") or {})
-    env["PYTHONPATH"] = ":".join(p for p in (layer_dir, env.get("PYTHONPATH", "")) if p)
+    # The layer, then the working directory: every process of the job (the Ray workers
+    # start elsewhere) imports the staged, patched verl tree, not an installed one.
+    env["PYTHONPATH"] = ":".join(p for p in (layer_dir, str(job.get("working_dir") or ""),
+                                             env.get("PYTHONPATH", "")) if p)
     config_name = CONFIG_NAMES[job["config_name"]]
     config_path = job["config_path"]
     entrypoint = " ".join(["python3", "-m", str(job["module"]),
