@@ -86,6 +86,11 @@ def test_the_layer_reaches_every_process_through_the_jobs_env_and_the_entrypoint
     assert words[3] == "--config-path=/data/a3rl/llm_rl/qwen3/verl/trainer/config"
     assert words[4] == "--config-name=ppo_trainer" and words[5:] == job["overrides"]
     assert job["hydra_overrides"] == [o for o in job["overrides"] if not o.startswith("+")]
+    # its own submission id: the real plan given to the stand-in trainer is another job
+    plan = real()
+    assert job["submission_id"].startswith("a3rl-grpo-qwen3_32b-real-cpu-")
+    assert cpu_profile.cpu_job(plan, 2)["submission_id"] not in (plan["submission_id"],
+                                                                job["submission_id"])
 
 
 def test_the_world_grows_with_the_nodes() -> None:

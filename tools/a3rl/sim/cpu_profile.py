@@ -32,6 +32,8 @@ others (DAPO's recipe config has no FSDP counterpart in verl's sdist).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -172,6 +174,10 @@ def cpu_job(job: Mapping[str, Any], nodes: int, layer_dir: str = LAYER_DIR) -> d
                            f"--config-name={config_name}",
                            *(shlex.quote(o) for o in overrides)])
     changes.insert(0, Change("--config-name", job["config_name"], config_name, MEGATRON))
+    # Its own submission id (the same real plan submitted to the stand-in trainer is
+    # another job): the run name, "cpu", a digest of what this job runs.
+    digest = hashlib.sha256(json.dumps({"entrypoint": entrypoint, "env": env},
+                                       sort_keys=True).encode()).hexdigest()[:8]
     return {
         **job,
         "entrypoint": entrypoint,
@@ -182,6 +188,7 @@ def cpu_job(job: Mapping[str, Any], nodes: int, layer_dir: str = LAYER_DIR) -> d
         "replaced": [c.line() for c in changes],
         "kept": kept,
         "label": LABEL,
+        "submission_id": f"{job.get('run_name') or 'a3rl'}-cpu-{digest}",
         "real_overrides": list(job["overrides"]),
     }
 
