@@ -72,7 +72,8 @@ def test_same_bytes_every_time_and_cached_once_per_machine(tmp_path: Path) -> No
 
 
 def test_the_hub_serves_it_as_qwen3_32b(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setenv("A3RL_PROJECT_DIR", str(tmp_path))
+    monkeypatch.setenv("A3RL_MACHINE_CACHE", str(tmp_path / "cache"))
     folder = hub.write_models(tmp_path / "hub")[hub.TINY_REPO]
     files = tiny_qwen3.files()
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == files
+    assert (tmp_path / "cache" / "sim-tiny-qwen3" / tiny_qwen3.digest() / ".complete").is_file()

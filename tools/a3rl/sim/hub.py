@@ -78,7 +78,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from a3rl.files import sha256_file
-from a3rl.paths import cache_dir
+from a3rl.paths import machine_cache_dir
 from a3rl.sim import tiny_qwen3
 
 KINDS = ("models", "datasets")
@@ -605,7 +605,7 @@ def _tiny_files(shard_bytes: int | None) -> dict[str, bytes]:
     """The tiny random Qwen3 (a3rl.sim.tiny_qwen3), from the machine's cache unless padded."""
     if shard_bytes:
         return tiny_qwen3.files(shard_bytes)
-    folder = tiny_qwen3.ensure_cached(cache_dir() / "sim-tiny-qwen3")
+    folder = tiny_qwen3.ensure_cached(machine_cache_dir() / "sim-tiny-qwen3")
     return {p.relative_to(folder).as_posix(): p.read_bytes()
             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != ".complete"}
 

@@ -24,8 +24,8 @@ numpy (no torch, no tokenizers library, no hub):
 
 The bytes depend only on this file's constants: ``files()`` is the whole model as a dict
 of relative path -> bytes, and ``ensure_cached`` keeps one copy per machine under
-``.cache/sim-tiny-qwen3/<digest>/`` (the digest is of this source file), so nothing
-binary is committed and a second ``sim up`` reads the cache.
+``~/.cache/a3rl/sim-tiny-qwen3/<digest>/`` (the digest is of this source file and the
+corpus'), so nothing binary is committed and a second ``sim up`` reads the cache.
 """
 
 from __future__ import annotations

@@ -9,8 +9,11 @@ training play's job runs real verl from the recipe working directory
 image, like the base: one archive with its sha256 that ``cann_image`` loads.
 
 Built once per machine and content (the tag hashes the base's tag, the requirements and
-the layer's files); the wheels are fetched once into ``.cache/sim-verl-wheels`` (torch's
-CPU wheel from this machine kind's local wheel folder, the rest from PyPI). Kept apart
+the layer's files) into the machine's cache (``a3rl.paths.machine_cache_dir``,
+``~/.cache/a3rl/sim-cann-verl``), shared by every checkout and CI clone on the machine:
+saving the 2.9 GB archive again per checkout would cost minutes each time. The wheels
+are fetched once into ``~/.cache/a3rl/sim-verl-wheels`` (torch's CPU wheel from this
+machine kind's local wheel folder, the rest from PyPI). Kept apart
 from ``cann.py`` so the base image and this layer change independently.
 """
 
@@ -29,7 +32,7 @@ from pathlib import Path
 
 from a3rl.files import sha256_file
 from a3rl.images import archive_image_id
-from a3rl.paths import cache_dir
+from a3rl.paths import machine_cache_dir
 from a3rl.sim import podman
 from a3rl.sim.cann import CannArchive
 
@@ -55,7 +58,7 @@ def digest(base: CannArchive) -> str:
 
 def wheels(log: Callable[[str], None] = print) -> Path:
     """Every pinned wheel in ``.cache/sim-verl-wheels`` (sdists built into wheels)."""
-    out = cache_dir() / "sim-verl-wheels"
+    out = machine_cache_dir() / "sim-verl-wheels"
     out.mkdir(parents=True, exist_ok=True)
     stamp = out / (hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()[:16] + ".done")
     if stamp.is_file():
@@ -73,9 +76,9 @@ def wheels(log: Callable[[str], None] = print) -> Path:
 def ensure_archive(base: CannArchive, log: Callable[[str], None] = print) -> CannArchive:
     """Build (once) and return the real-verl layer's archive on top of ``base``."""
     tag = digest(base)
-    out = cache_dir() / "sim-cann"
+    out = machine_cache_dir() / "sim-cann-verl"
     out.mkdir(parents=True, exist_ok=True)
-    meta, tar = out / f"verl-{tag}.json", out / f"verl-{tag}.tar"
+    meta, tar = out / f"{tag}.json", out / f"{tag}.tar"
     with open(out / "build-verl.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if meta.is_file() and tar.is_file():
@@ -97,7 +100,7 @@ def ensure_archive(base: CannArchive, log: Callable[[str], None] = print) -> Can
             ref = f"localhost/{REPO}:{tag}"
             podman.run(["build", "--quiet", "--build-arg", f"BASE={base.ref}", "-t", ref,
                         str(ctx)], timeout=3600)
-        partial = out / f".verl-{tag}.tar.partial"
+        partial = out / f".{tag}.tar.partial"
         partial.unlink(missing_ok=True)
         podman.run(["save", "--format", "docker-archive", "-o", str(partial), ref],
                    timeout=3600)
