@@ -34,12 +34,13 @@ def _events(result) -> list[dict]:
 
 
 def _submission_id(result) -> str:
-    for e in _events(result):
-        res = e.get("event_data", {}).get("res", {})
-        facts = res.get("ansible_facts", {})
-        if "train_job_plan" in facts:
-            return facts["train_job_plan"]["submission_id"]
-    raise AssertionError("no plan in the run's events")
+    """The submitted job's id: the last plan set (on the simulator, a GRPO plan's CPU
+    profile replaces the real plan after its checks, under an id of its own)."""
+    ids = [facts["train_job_plan"]["submission_id"] for e in _events(result)
+           if "train_job_plan" in (facts := e.get("event_data", {}).get("res", {})
+                                   .get("ansible_facts", {}))]
+    assert ids, "no plan in the run's events"
+    return ids[-1]
 
 
 def _jobs(sim) -> list[dict]:
