@@ -19,6 +19,7 @@ from a3rl import (
     status,
 )
 from a3rl.node import conversion, metrics
+from a3rl.sim import cpu_profile
 
 
 def _clear_errors(fn):
@@ -96,6 +97,8 @@ class FilterModule:
             "a3rl_bytes": files.human_bytes,
             "a3rl_plan_job": plan_job,
             "a3rl_recipe_drift": recipe_drift,
+            "a3rl_sim_cpu_job": _clear_errors(cpu_profile.cpu_job),
+            "a3rl_sim_cpu_supported": cpu_profile.supported,
             "a3rl_alltoall_overlap": conversion.alltoall_overlap,
             "a3rl_status_report": status.report,
             "a3rl_artifact_problems": manifest.artifact_problems,

@@ -210,9 +210,10 @@ def test_ray_head_killed_during_a_job(provisioned, intact, record_property):
     sim = provisioned
     # A plan of its own (20 steps of 2 s), so no earlier job has its submission id. The
     # follow gives up after 45 s, which the job would outlast.
+    # The STAND-IN trainer (not real verl on CPU): its steps come within seconds.
     run = Background(TRAIN, sim.inventory_dir, {
         "algo": "grpo", "overrides": ["trainer.total_training_steps=20"],
-        "train_job_poll": 2, "train_job_timeout": 45})
+        "train_job_poll": 2, "train_job_timeout": 45, "train_job_sim_cpu_profile": False})
     job = wait_for("the job running", lambda: next(
         (j for j in jobs(sim) if j.get("status") == "RUNNING"
          and "trainer.total_training_steps=20" in j.get("entrypoint", "")), None), 180)

@@ -164,7 +164,9 @@ def test_training_refuses_to_submit_on_a_broken_network(restore):
     assert TRAIN_PLAY not in _log(refused)  # the training play never started
     # Skipping the check on purpose reaches the training play and submits (a plan of its
     # own, not followed), which is then stopped.
-    own = {"algo": "grpo", "overrides": ["trainer.total_training_steps=3"]}
+    # The STAND-IN trainer: this test is about the network check, not about verl.
+    own = {"algo": "grpo", "overrides": ["trainer.total_training_steps=3"],
+           "train_job_sim_cpu_profile": False}
     skipped = play("playbooks/train.yml", sim.inventory_dir,
                    extravars={**own, "npu_network_check": False, "train_job_follow": False})
     assert skipped.ok, failure_text(skipped)

@@ -1,10 +1,15 @@
-"""The training play on the simulated cluster, end to end with the STAND-IN trainer: plan,
-Hydra check against the staged verl configs, submit through Ray's job API, follow,
-collect, report; double submit, stop, a failing job, refused plans."""
+"""The training play on the simulated cluster, end to end: plan, Hydra check against the
+staged verl configs, submit through Ray's job API, follow, collect, report; double submit,
+stop, a failing job, refused plans.
+
+GRPO runs are REAL verl 0.6.0 on CPU (the plan's CPU profile, a3rl.sim.cpu_profile, with
+the tiny random Qwen3 and one worker per node over gloo); DAPO runs (no CPU profile) and
+the refused plans use the STAND-IN trainer (docs/testing.md, "Which trainer")."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -33,12 +38,13 @@ def _events(result) -> list[dict]:
 
 
 def _submission_id(result) -> str:
-    for e in _events(result):
-        res = e.get("event_data", {}).get("res", {})
-        facts = res.get("ansible_facts", {})
-        if "train_job_plan" in facts:
-            return facts["train_job_plan"]["submission_id"]
-    raise AssertionError("no plan in the run's events")
+    """The submitted job's id: the last plan set (on the simulator, a GRPO plan's CPU
+    profile replaces the real plan after its checks, under an id of its own)."""
+    ids = [facts["train_job_plan"]["submission_id"] for e in _events(result)
+           if "train_job_plan" in (facts := e.get("event_data", {}).get("res", {})
+                                   .get("ansible_facts", {}))]
+    assert ids, "no plan in the run's events"
+    return ids[-1]
 
 
 def _jobs(sim) -> list[dict]:
@@ -73,20 +79,32 @@ def test_a_run_end_to_end_to_its_report(up, algo):
     assert ident.startswith(f"a3rl-{algo}-qwen3_32b-real-")
     run = project_root() / "runs" / ident
     steps = metrics.read_jsonl(run / "metrics.jsonl")
-    assert [s["step"] for s in steps] == [1, 2] and all(s["simulated"] for s in steps)
+    assert [s["step"] for s in steps] == [1, 2]
     assert "perf/throughput" in steps[0]
-    if algo == "dapo":
-        assert "train/num_gen_batches" in steps[0]
     report = (run / "report.md").read_text()
-    assert ident in report and "simulated" in report.lower()
     assert (run / "metrics.png").stat().st_size > 1000
     log = (run / "job.log").read_text()
-    assert "STAND-IN" in log
-    # The stand-in reserved every NPU of both nodes through Ray and each node saw its own.
-    assert "reserving 2 x 16 NPUs" in log
-    for n in (1, 2):
-        assert f"node {n}/2: " in log and f": node{n} (" in log
-    assert log.count("(16 devices") == 2
+    if algo == "dapo":
+        assert all(s["simulated"] for s in steps) and "train/num_gen_batches" in steps[0]
+        assert ident in report and "simulated" in report.lower()
+        assert "STAND-IN" in log
+        # The stand-in reserved every NPU of both nodes through Ray; each node saw its own.
+        assert "reserving 2 x 16 NPUs" in log
+        for n in (1, 2):
+            assert f"node {n}/2: " in log and f": node{n} (" in log
+        assert log.count("(16 devices") == 2
+    else:
+        # Real verl: its own metric lines, scores from the configured reward, the layer
+        # acting in the workers, one worker on the second node (Ray prefixes its lines
+        # with that node's address), and the label.
+        assert not any(s.get("simulated") for s in steps)
+        assert all("critic/score/mean" in s and "actor/pg_loss" in s for s in steps)
+        assert "STAND-IN trainer" not in log
+        assert "a3rl verl CPU stand-in: verl.workers.rollout.base" in log
+        assert "using customized reward function 'compute_score' from " in log
+        assert "(WorkerDict pid=" in log and f", ip={up.members()[1].ip})" in log
+        assert "real verl on CPU, tiny model: not comparable with the recipe's figures" in report
+        assert "trainer.device: npu -> cpu" in report
     again = play(TRAIN, up.inventory_dir, extravars={"algo": algo, "overrides": SHORT})
     assert again.ok and again.changed == 0, again.stats.get("changed")
     assert sum(j.get("submission_id") == ident for j in _jobs(up)) == 1
@@ -101,10 +119,15 @@ def test_no_second_submit_while_running_then_stop(up):
     second = play(TRAIN, up.inventory_dir, extravars=args)
     assert second.ok and second.changed == 0, second.stats.get("changed")
     assert sum(j.get("submission_id") == ident for j in _jobs(up)) == 1
+    # Real verl: stop it once its workers run on both nodes; none is left afterwards.
+    assert _wait(lambda: all(_trainers(up, n) for n in up.members()), 600), \
+        [_trainers(up, n) for n in up.members()]
     stopped = play(TRAIN, up.inventory_dir, extravars={**args, "train_job_action": "stop"})
     assert stopped.ok and stopped.changed > 0, failure_text(stopped)
     state = {j["submission_id"]: j["status"] for j in _jobs(up)}
     assert state[ident] == "STOPPED"
+    assert _wait(lambda: not any(_trainers(up, n) for n in up.members()), 120), \
+        [_trainers(up, n) for n in up.members()]
     status = play(TRAIN, up.inventory_dir, extravars={**args, "train_job_action": "status"})
     assert status.ok and status.changed == 0
     # An ended job is submitted again only when asked, under the same id.
@@ -119,13 +142,37 @@ def test_no_second_submit_while_running_then_stop(up):
 
 
 def test_a_failing_job_fails_the_play_with_its_id_and_last_lines(up):
+    # A data file that is not there: real verl's own loader fails, and the play quotes it.
     bad = ["trainer.total_training_steps=2", "data.train_files=/data/a3rl/data/missing.parquet"]
     result = play(TRAIN, up.inventory_dir, extravars={"algo": "grpo", "overrides": bad})
     assert not result.ok
     text = failure_text(result)
     assert "FAILED" in text and "missing.parquet" in text, text
+    # verl's own error, raised from the staged tree in the recipe working directory
+    last = text.split("Last log lines:", 1)[1]
+    assert "FileNotFoundError: Unable to find '/data/a3rl/data/missing.parquet'" in last, text
+    assert "/llm_rl/qwen3/verl/trainer/main_ppo.py" in last, text
     ident = _submission_id(result)
     assert ident in text and (project_root() / "runs" / ident / "job.log").is_file()
+
+
+def _trainers(sim, node) -> list[str]:
+    """verl's trainer processes (Ray actors) in the node's training container."""
+    from a3rl.sim import podman
+
+    out = podman.exec_(node.container, "docker", "exec", "a3rl-train", "ps", "-eo", "args",
+                       check=False).stdout
+    return [line for line in out.splitlines()
+            if line.startswith(("ray::WorkerDict", "ray::TaskRunner"))]
+
+
+def _wait(cond, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(3)
+    return cond()
 
 
 def test_a_hydra_typo_is_refused_naming_the_key_before_submit(up):

@@ -160,13 +160,16 @@ def served(root: Path) -> Iterator[hub.Hub]:
 def test_stand_in_models_carry_the_qwen3_shapes_and_valid_shards(tmp_path: Path) -> None:
     repos = hub.write_models(tmp_path / "a")
     assert sorted(repos) == [MOE, DENSE]
-    for repo_id, layers, arch, kind in [(MOE, 94, "Qwen3MoeForCausalLM", "qwen3_moe"),
-                                        (DENSE, 64, "Qwen3ForCausalLM", "qwen3")]:
+    # The MoE keeps the published shape; the dense one is the tiny random Qwen3 the
+    # simulator's real verl trains (a3rl.sim.tiny_qwen3).
+    for repo_id, layers, arch, kind, heads, vocab in [
+            (MOE, 94, "Qwen3MoeForCausalLM", "qwen3_moe", 64, 151936),
+            (DENSE, 2, "Qwen3ForCausalLM", "qwen3", 4, 384)]:
         folder = repos[repo_id]
         config = json.loads((folder / "config.json").read_text())
         assert (config["architectures"], config["model_type"]) == ([arch], kind)
         assert config["num_hidden_layers"] == layers and config["_a3rl_standin"] is True
-        assert (config["num_attention_heads"], config["vocab_size"]) == (64, 151936)
+        assert (config["num_attention_heads"], config["vocab_size"]) == (heads, vocab)
         index = json.loads((folder / "model.safetensors.index.json").read_text())
         shards = sorted(set(index["weight_map"].values()))
         n = hub.SHARDS[repo_id]

@@ -354,3 +354,14 @@ def test_a_failed_precompile_stops_the_start_and_names_the_op(tmp_path):
     assert proc.returncode != 0 and "started" not in proc.stdout
     assert f"MindSpeed op pre-compile failed in {workdir}: GMMV2OpBuilder" in proc.stderr
     assert len(calls) == 7  # the others still ran
+
+
+def test_logical_gpus_and_custom_resources_for_the_simulators_real_verl() -> None:
+    args = ray.start_args(False, "10.0.0.12", "10.0.0.11", PORTS, 16, num_gpus=1,
+                          extra_resources={"cpu": 1})
+    assert args[args.index("--resources") + 1] == '{"NPU":16,"cpu":1}'
+    assert args[args.index("--num-gpus") + 1] == "1"
+    plain = ray.start_args(False, "10.0.0.12", "10.0.0.11", PORTS, 16)
+    assert "--num-gpus" not in plain and plain[plain.index("--resources") + 1] == '{"NPU":16}'
+    with pytest.raises(ValueError, match="cannot set NPU"):
+        ray.start_args(False, "a", "b", PORTS, 16, extra_resources={"NPU": 1})

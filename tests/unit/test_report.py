@@ -142,6 +142,22 @@ def test_a_simulated_run_says_its_figures_are_not_comparable(tmp_path):
     assert _row(md, "| 1 |")[:2] == ["1", "150.0"]  # the marker is no metric column
 
 
+def test_a_real_verl_cpu_run_is_labelled_and_lists_what_its_profile_replaced(tmp_path):
+    from a3rl.sim import cpu_profile
+
+    plan = {**GRPO_32B_PLAN, "config_name": "ppo_trainer", "label": cpu_profile.LABEL,
+            "replaced": ["trainer.device: npu -> cpu (no NPU on the simulator)",
+                         "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=8: "
+                         "dropped (Megatron needs NPUs)"]}
+    md = report.render(tmp_path, plan, metrics.parse_log(GRPO_32B_LOG), STATUS)[0].read_text()
+    label = "real verl on CPU, tiny model: not comparable with the recipe's figures"
+    assert f"> **{label}.**" in md and f"| figures | measured: {label} |" in md
+    assert "### Replaced for the simulator's CPU profile" in md
+    assert "- `trainer.device: npu -> cpu` (no NPU on the simulator)" in md
+    cells = _row(md, "| timing_s/generate_sequences | SAM |")
+    assert cells[6] == "not comparable (real verl on CPU, tiny model)"
+
+
 def test_a_run_with_no_steps_says_so(tmp_path):
     md_path, png_path = report.render(tmp_path / "runs" / "a3rl-x", None, [],
                                       {"submission_id": "a3rl-x", "status": "FAILED"})

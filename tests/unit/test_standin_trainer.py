@@ -277,7 +277,7 @@ def test_the_grpo_runs_data_model_and_reward_are_read(st, layout, assets, monkey
     assert data.data_sources == {"deepscaler"}
     assert any("make no full batch of 32 prompts" in n for n in data.notes)
     model = st.check_model(cfg)
-    assert model.config["num_hidden_layers"] == 64
+    assert model.config["num_hidden_layers"] == 2  # the tiny random Qwen3 (a3rl.sim.tiny_qwen3)
     # use_kl_loss: verl makes a reference policy, which loads the HF weights too.
     assert model.loads == ["actor: HF weights, 2 shards", "ref: HF weights, 2 shards"]
     line = st.check_reward(cfg, data, layout)

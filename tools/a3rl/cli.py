@@ -395,7 +395,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     rc = run(args, "site.yml")
     if rc != 0:
         return rc
-    # A short poll, so that the live view shows the stand-in trainer's steps as they come.
+    # A short poll, so that the live view shows verl's steps as they come (real verl on
+    # CPU with a tiny random Qwen3: the plan's CPU profile, a3rl.sim.cpu_profile).
     rc = run(args, "playbooks/train.yml", {"algo": "grpo", "train_job_poll": "2"})
     if rc == 0:
         reports = sorted((project_root() / "runs").glob("a3rl-grpo-*/report.md"),
@@ -403,7 +404,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         name = "" if args.name == cluster.DEFAULT_NAME else f" --name {args.name}"
         console.print(
             f"[green]demo done[/green]: {args.nodes} simulated A3 node(s), site.yml passed, "
-            f"a simulated GRPO run finished. Training report: "
+            f"a GRPO run (real verl on CPU, tiny model) finished. Training report: "
             f"{reports[-1] if reports else '(none)'}. Runs: `a3rl runs`; a run's report: "
             f"`a3rl report last`. Cluster: `a3rl sim status{name}`; remove: "
             f"`a3rl sim down{name}`."

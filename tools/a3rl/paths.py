@@ -35,6 +35,15 @@ def cache_dir() -> Path:
     return project_root() / ".cache"
 
 
+def machine_cache_dir() -> Path:
+    """Content-addressed builds shared by every checkout on this machine (a CI clone
+    included), where building once per checkout would cost minutes each time: the
+    simulator's real-verl image layer and its wheels. ``A3RL_MACHINE_CACHE`` moves it;
+    the default is ``~/.cache/a3rl``. Safe to delete: it is rebuilt."""
+    env = os.environ.get("A3RL_MACHINE_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "a3rl"
+
+
 def sim_dir() -> Path:
     """State of simulated clusters (keys, known_hosts, per-node folders)."""
     return project_root() / ".sim"

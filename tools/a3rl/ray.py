@@ -363,10 +363,20 @@ def installed_version(output: str) -> str | None:
 
 def start_args(is_head: bool, node_ip: str, head_ip: str, p: Mapping[str, Any],
                npus: int, dashboard_bind: str = "loopback", num_cpus: Any = None,
-               object_store_bytes: Any = None) -> list[str]:
-    """``ray start`` arguments for one node (the recipe's, with every port fixed)."""
+               object_store_bytes: Any = None, num_gpus: Any = None,
+               extra_resources: Mapping[str, Any] | None = None) -> list[str]:
+    """``ray start`` arguments for one node (the recipe's, with every port fixed).
+
+    ``num_gpus`` and ``extra_resources`` (custom resources besides ``NPU``) are for the
+    simulator, whose real verl on CPU counts logical GPUs and asks each worker for a
+    custom resource named ``cpu`` (shared/reference/verl-cpu.md, "Config that ran")."""
+    resources = {"NPU": int(npus)}
+    for name, amount in (extra_resources or {}).items():
+        if name == "NPU":
+            raise ValueError("extra_resources cannot set NPU: it is npus_per_node")
+        resources[str(name)] = int(amount)
     args = ["--node-ip-address", str(node_ip),
-            "--resources", json.dumps({"NPU": int(npus)}, separators=(",", ":")),
+            "--resources", json.dumps(resources, separators=(",", ":")),
             "--node-manager-port", str(p["node_manager"]),
             "--object-manager-port", str(p["object_manager"]),
             "--runtime-env-agent-port", str(p["runtime_env_agent"]),
@@ -379,6 +389,8 @@ def start_args(is_head: bool, node_ip: str, head_ip: str, p: Mapping[str, Any],
         args += ["--num-cpus", str(int(num_cpus))]
     if object_store_bytes not in (None, ""):
         args += ["--object-store-memory", str(int(object_store_bytes))]
+    if num_gpus not in (None, ""):
+        args += ["--num-gpus", str(int(num_gpus))]
     if is_head:
         return ["--head", "--port", str(p["gcs"]),
                 "--dashboard-host", dashboard_host(dashboard_bind, node_ip),

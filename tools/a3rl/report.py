@@ -223,6 +223,11 @@ def _markdown(run_dir: Path, plan: Mapping[str, Any] | None, steps: Sequence[dic
     name = (plan or {}).get("run") or (plan or {}).get("name") or run_dir.name
     sid = status.get("submission_id") or status.get("job_id") or run_dir.name
     out = [f"# Training run {name}", ""]
+    label = (plan or {}).get("label")
+    if label and not simulated:
+        out += [f"> **{label}.** The simulator ran real verl on CPU with a tiny random model "
+                "(its CPU profile of the plan, the replaced settings listed below): the "
+                "metrics are verl's own, for this tiny run only.", ""]
     if simulated:
         out += ["> **Simulated run.** The simulator's stand-in trainer printed these metrics; "
                 "it does no NPU math, so its figures are not comparable with the recipe's "
@@ -238,7 +243,8 @@ def _markdown(run_dir: Path, plan: Mapping[str, Any] | None, steps: Sequence[dic
         ["started", _when(status.get("start_time")) or "-"],
         ["ended", _when(status.get("end_time")) or "-"],
         ["steps logged", steps_text],
-        ["figures", "simulated (stand-in trainer)" if simulated else "measured"],
+        ["figures", "simulated (stand-in trainer)" if simulated
+         else (f"measured: {label}" if label else "measured")],
     ])
     out += ["", "## Plan", ""]
     if plan:
@@ -257,6 +263,12 @@ def _markdown(run_dir: Path, plan: Mapping[str, Any] | None, steps: Sequence[dic
             ["config", plan.get("config_name") or "-"],
             ["Hydra overrides", str(len(ov))],
         ])
+        if plan.get("replaced"):
+            out += ["", "### Replaced for the simulator's CPU profile", "",
+                    "The real plan above was checked (and composed with Hydra) as on a real "
+                    "cluster; what CPU cannot honour was replaced, each for the reason given:",
+                    "", *(f"- `{line.split(' (', 1)[0]}` ({line.split(' (', 1)[1]}"
+                          if " (" in line else f"- `{line}`" for line in plan["replaced"])]
     else:
         out.append("No plan was given with this run.")
 
@@ -275,6 +287,9 @@ def _markdown(run_dir: Path, plan: Mapping[str, Any] | None, steps: Sequence[dic
 
     out += ["", "## Compared with the recipe's published figures", ""]
     rows = comparisons(facts, steps)
+    if label and not simulated:
+        out += [f"**Not comparable: {label}.** The published figures are shown for reference "
+                "only; no ratio is given.", ""]
     if simulated:
         out += ["**Not comparable: this run was simulated.** The published figures are shown "
                 "for reference only; no ratio is given.", ""]
@@ -288,6 +303,8 @@ def _markdown(run_dir: Path, plan: Mapping[str, Any] | None, steps: Sequence[dic
         def ratio(r: dict) -> str:
             if simulated:
                 return "not comparable (simulated)"
+            if label:
+                return "not comparable (real verl on CPU, tiny model)"
             return f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
 
         out += markdown_table(

@@ -23,7 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from a3rl.paths import project_root, sim_dir
-from a3rl.sim import cann, datasets_fixture, hub, inventory, podman, standins, upstreams
+from a3rl.sim import (
+    cann,
+    datasets_fixture,
+    hub,
+    inventory,
+    podman,
+    standins,
+    upstreams,
+    verl_image,
+)
 from a3rl.sim.image import ImageSpec, ensure_image
 
 LABEL = "a3rl.sim.cluster"
@@ -292,7 +301,8 @@ def up(
         raise ValueError("--nodes must be at least 1")
     cluster = Cluster(name, nodes, subnet or default_subnet(name))
     image = ensure_image(ImageSpec(), log)
-    cann_archive = cann.ensure_archive(image, log)
+    # The training image: the CANN image stand-in with the real-verl layer on top.
+    cann_archive = verl_image.ensure_archive(cann.ensure_archive(image, log), log)
     members = cluster.members()
     current = _running(cluster)
     want = {n.container for n in members}

@@ -78,6 +78,8 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from a3rl.files import sha256_file
+from a3rl.paths import machine_cache_dir
+from a3rl.sim import tiny_qwen3
 
 KINDS = ("models", "datasets")
 DEFAULT_REVISION = "master"
@@ -564,6 +566,10 @@ QWEN3_CONFIGS: dict[str, dict[str, Any]] = {
     },
 }
 SHARDS = {"Qwen/Qwen3-235B-A22B": 3, "Qwen/Qwen3-32B": 2}
+# Served as a real, loadable tiny random Qwen3 (a3rl.sim.tiny_qwen3) in place of the
+# published one: the simulator's real verl trainer loads it. The MoE repository keeps the
+# published config with placeholder tensors (only the stand-in converter reads it).
+TINY_REPO = "Qwen/Qwen3-32B"
 _TINY = 32  # width of the stand-in tensors
 _SPECIAL = {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645}
 _MERGES = ["Ġ t", "Ġ a", "h e", "i n", "r e", "o n", "e r", "Ġt he"]
@@ -585,10 +591,23 @@ def write_models(root: Path, shard_bytes: int | None = None) -> dict[str, Path]:
     out: dict[str, Path] = {}
     for repo_id, config in QWEN3_CONFIGS.items():
         folder = Path(root) / "models" / repo_id
-        for rel, data in _model_files(repo_id, config, SHARDS[repo_id], shard_bytes).items():
+        if repo_id == TINY_REPO:
+            files = _tiny_files(shard_bytes)
+        else:
+            files = _model_files(repo_id, config, SHARDS[repo_id], shard_bytes)
+        for rel, data in files.items():
             _write_if_changed(folder / rel, data)
         out[repo_id] = folder
     return out
+
+
+def _tiny_files(shard_bytes: int | None) -> dict[str, bytes]:
+    """The tiny random Qwen3 (a3rl.sim.tiny_qwen3), from the machine's cache unless padded."""
+    if shard_bytes:
+        return tiny_qwen3.files(shard_bytes)
+    folder = tiny_qwen3.ensure_cached(machine_cache_dir() / "sim-tiny-qwen3")
+    return {p.relative_to(folder).as_posix(): p.read_bytes()
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != ".complete"}
 
 
 def _model_files(repo_id: str, config: dict[str, Any], shards: int,

@@ -95,8 +95,9 @@ def group_vars(cluster: Cluster, packages: Mapping[str, Path] | None = None,
         "a3rl_recipe_site_deviations": [
             {"area": "env", "key": "ulimit -n", "recipe": "32768",
              "reason": "podman caps the simulated nodes' open files at 16384"}],
-        # Ray on 2 host cores shared by all nodes: one CPU and a 100 MB object store each.
-        "ray_cluster_num_cpus": 1,
+        # Ray on 2 host cores shared by all nodes: two logical CPUs (a real-verl worker and
+        # verl's TaskRunner on one node) and a 100 MB object store each.
+        "ray_cluster_num_cpus": 2,
         "ray_cluster_object_store_bytes": 100_000_000,
         # The stand-in image has no MindSpeed operators to pre-compile.
         "ray_cluster_pre_start_command": "",
@@ -105,6 +106,14 @@ def group_vars(cluster: Cluster, packages: Mapping[str, Path] | None = None,
         # The training job's module: the STAND-IN trainer in the stand-in image, which
         # does everything verl's entrypoint does but the NPU math (a3rl_standin_trainer).
         "train_job_module_override": "a3rl_standin_trainer",
+        # GRPO runs go to REAL verl 0.6.0 on CPU instead: the plan's CPU profile
+        # (a3rl.sim.cpu_profile), with the CPU stand-in layer, in the real-verl image layer.
+        "train_job_sim_cpu_profile": True,
+        # Real verl on CPU counts logical GPUs and reserves a custom `cpu` resource per
+        # worker (one per node); two logical CPUs per node fit a worker beside verl's
+        # TaskRunner (shared/reference/verl-cpu.md).
+        "ray_cluster_num_gpus": 1,
+        "ray_cluster_extra_resources": {"cpu": 1},
         # The stand-in NPU ports start without addresses, as new hardware does; the
         # inventory's plan (npu_device_ips per host) is applied by site.yml.
         "npu_device_netmask": DEVICE_NETMASK,
