@@ -87,7 +87,8 @@ def sim() -> Iterator[cluster.Cluster]:
     problem = podman.available()
     if problem:
         pytest.fail(f"the simulator cannot run here: {problem}")
-    c = cluster.up(NAME, nodes=NODES, log=print)
+    # The stand-in trainer: test_train switches its cluster to real verl for its module.
+    c = cluster.up(NAME, nodes=NODES, log=print, trainer="standin")
     yield c
     cluster.down(NAME, log=print)
 

@@ -33,7 +33,7 @@ def bare(sim) -> Iterator[cluster.Cluster]:
         yield sim
         return
     name = f"{sim.name}-site"
-    own = cluster.up(name, nodes=sim.nodes, log=print)
+    own = cluster.up(name, nodes=sim.nodes, log=print, trainer="standin")
     try:
         yield own
     finally:

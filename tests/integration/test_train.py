@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 
 import pytest
 
 from a3rl.node import metrics
 from a3rl.paths import project_root
+from a3rl.sim import cluster
 
 from .conftest import ansible_warnings, failure_text, play, provision
 
@@ -27,8 +29,16 @@ SHORT = ["trainer.total_training_steps=2"]
 
 
 @pytest.fixture(scope="module")
-def up(sim):
-    return provision(sim)
+def up(sim) -> Iterator[cluster.Cluster]:
+    """The worker's cluster with the real-verl training image for this module (the other
+    modules run the stand-in trainer, so the 2.9 GB layer loads on one cluster only); the
+    inventory goes back to the stand-in trainer afterwards (the next module's site.yml
+    loads that image again)."""
+    real = cluster.up(sim.name, nodes=sim.nodes, log=print, trainer="verl")
+    try:
+        yield provision(real)
+    finally:
+        cluster.up(sim.name, nodes=sim.nodes, log=print, trainer="standin")
 
 
 def _events(result) -> list[dict]:

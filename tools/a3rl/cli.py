@@ -64,7 +64,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
     from a3rl.sim import cluster
 
     if args.sim_cmd == "up":
-        c = cluster.up(args.name, args.nodes, args.subnet, args.npus, log=_log)
+        c = cluster.up(args.name, args.nodes, args.subnet, args.npus, log=_log,
+                       trainer=args.trainer)
         _log(f"inventory written to {c.inventory_dir}")
         return 0
     if args.sim_cmd == "down":
@@ -441,6 +442,9 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--nodes", type=int, default=2)
     up.add_argument("--subnet", default=None, help="IPv4 /24 for the node network")
     up.add_argument("--npus", type=int, default=16, help="stand-in NPU devices per node")
+    up.add_argument("--trainer", choices=("verl", "standin"), default="verl",
+                    help="what GRPO runs run: real verl on CPU (the default; a 2.9 GB "
+                         "image layer, built once per machine) or the stand-in trainer")
     for name in ("up", "down", "status", "npu-health"):
         sp = up if name == "up" else simsub.add_parser(name)
         sp.add_argument("--name", default="sim", help="cluster name (default: sim)")

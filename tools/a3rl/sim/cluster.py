@@ -36,6 +36,8 @@ from a3rl.sim import (
 from a3rl.sim.image import ImageSpec, ensure_image
 
 LABEL = "a3rl.sim.cluster"
+# What a cluster's GRPO runs run (up(trainer=...)).
+TRAINERS = ("verl", "standin")
 DEFAULT_NAME = "sim"
 DEFAULT_NPUS = 16
 SSH_READY_TIMEOUT = 120.0
@@ -287,8 +289,15 @@ def up(
     npus: int = DEFAULT_NPUS,
     log: Callable[[str], None] = print,
     parallel: int = START_PARALLEL,
+    trainer: str = "verl",
 ) -> Cluster:
     """Start (or reuse) a cluster of ``nodes`` nodes and write its inventory.
+
+    ``trainer`` chooses the training image and what a GRPO run is: ``verl`` (the
+    default, and ``a3rl demo``'s), the real-verl layer on the CANN image stand-in, so that
+    GRPO runs real verl on CPU; ``standin``, the CANN image stand-in alone (the 2.9 GB
+    layer is neither built nor loaded), so that every run uses the stand-in trainer.
+    Switching an existing cluster rewrites its inventory; the next site.yml loads the image.
 
     A cluster that is already up with the same size and image is left as it is, so a
     repeated ``up`` changes nothing; anything else carrying the cluster's label (a stale
@@ -299,10 +308,15 @@ def up(
         raise RuntimeError(problem)
     if nodes < 1:
         raise ValueError("--nodes must be at least 1")
+    if trainer not in TRAINERS:
+        raise ValueError(f"trainer {trainer!r} is not one of {', '.join(TRAINERS)}")
     cluster = Cluster(name, nodes, subnet or default_subnet(name))
     image = ensure_image(ImageSpec(), log)
-    # The training image: the CANN image stand-in with the real-verl layer on top.
-    cann_archive = verl_image.ensure_archive(cann.ensure_archive(image, log), log)
+    # The training image: the CANN image stand-in, with the real-verl layer on top when
+    # GRPO runs are to run real verl.
+    cann_archive = cann.ensure_archive(image, log)
+    if trainer == "verl":
+        cann_archive = verl_image.ensure_archive(cann_archive, log)
     members = cluster.members()
     current = _running(cluster)
     want = {n.container for n in members}
@@ -346,7 +360,8 @@ def up(
         wheelhouse=upstreams.wheelhouse_overrides(
             up, list(manifest.get("recipe_wheels", {}).get("constraints") or [])))
     inventory.write(cluster, members, packages, cann_archive, npus, overrides,
-                    device_ips=inventory.device_ips(cluster.subnet, members, npus))
+                    device_ips=inventory.device_ips(cluster.subnet, members, npus),
+                    real_verl=trainer == "verl")
     (cluster.state / "cluster.json").write_text(json.dumps(_params(cluster, npus)) + "\n")
     return cluster
 

@@ -63,7 +63,8 @@ def hosts(nodes: list[Node], device_plan: Mapping[str, list[str]] | None = None)
 
 
 def group_vars(cluster: Cluster, packages: Mapping[str, Path] | None = None,
-               cann_archive: CannArchive | None = None, npus: int = 16) -> dict:
+               cann_archive: CannArchive | None = None, npus: int = 16,
+               real_verl: bool = True) -> dict:
     packages = packages or {}
     gv = {
         "ansible_user": "root",
@@ -107,8 +108,9 @@ def group_vars(cluster: Cluster, packages: Mapping[str, Path] | None = None,
         # does everything verl's entrypoint does but the NPU math (a3rl_standin_trainer).
         "train_job_module_override": "a3rl_standin_trainer",
         # GRPO runs go to REAL verl 0.6.0 on CPU instead: the plan's CPU profile
-        # (a3rl.sim.cpu_profile), with the CPU stand-in layer, in the real-verl image layer.
-        "train_job_sim_cpu_profile": True,
+        # (a3rl.sim.cpu_profile), with the CPU stand-in layer, in the real-verl image layer
+        # (a cluster made with trainer="standin" has no such layer: the stand-in trainer).
+        "train_job_sim_cpu_profile": real_verl,
         # Real verl on CPU counts logical GPUs and reserves a custom `cpu` resource per
         # worker (one per node); two logical CPUs per node fit a worker beside verl's
         # TaskRunner (shared/reference/verl-cpu.md).
@@ -183,13 +185,13 @@ def hub_repo(root: Path, spec: Mapping) -> Path:
 def write(cluster: Cluster, nodes: list[Node], packages: Mapping[str, Path] | None = None,
           cann_archive: CannArchive | None = None, npus: int = 16,
           overrides: Mapping | None = None,
-          device_ips: Mapping[str, list[str]] | None = None) -> None:
+          device_ips: Mapping[str, list[str]] | None = None, real_verl: bool = True) -> None:
     inv = cluster.inventory_dir
     (inv / "group_vars").mkdir(parents=True, exist_ok=True)
     (inv / "hosts.yml").write_text(
         HEADER + "---\n" + yaml.safe_dump(hosts(nodes, device_ips), sort_keys=False, width=1000)
     )
-    gv = group_vars(cluster, packages, cann_archive, npus)
+    gv = group_vars(cluster, packages, cann_archive, npus, real_verl)
     # The controller's artifact store of this cluster (fetched into from the stand-ins).
     gv["a3rl_artifact_dir"] = str(cluster.state / "store")
     (inv / "group_vars" / "a3_nodes.yml").write_text(
