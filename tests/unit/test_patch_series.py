@@ -64,14 +64,19 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
-def commit_pristine(wd: Path, src: Path, files: dict[str, str]) -> str:
-    """Commit ``files`` in ``src`` and make it the workdir's pristine tree, as a3rl_workdir
-    does (objects shared through git alternates, read-tree -u --reset)."""
-    for rel, text in files.items():
-        write(src / rel, text)
+def commit_files(src: Path, files: dict[str, str], message: str) -> str:
+    """Commit ``files`` in ``src`` (the workdir reaches its objects through git alternates)."""
+    for rel, content in files.items():
+        write(src / rel, content)
     git(src, "add", "-A")
-    git(src, "commit", "-q", "-m", "pristine")
-    commit = git(src, "rev-parse", "HEAD")
+    git(src, "commit", "-q", "-m", message)
+    return git(src, "rev-parse", "HEAD")
+
+
+def commit_pristine(wd: Path, src: Path, files: dict[str, str]) -> str:
+    """Commit ``files`` in ``src`` and make it the workdir's pristine tree, as the series
+    leaves it (read-tree -u --reset)."""
+    commit = commit_files(src, files, "pristine")
     git(wd, "update-ref", "refs/a3rl/pristine", commit)
     git(wd, "read-tree", "-u", "--reset", commit)
     git(wd, "update-ref", "--no-deref", "HEAD", commit)
@@ -364,11 +369,7 @@ def test_moved_pristine_is_reapplied(wd, extra, tmp_path):
 def stage_commit(wd: Path, src: Path, files: dict[str, str]) -> str:
     """Commit ``files`` in ``src`` and stage it as a new composition, as a3rl_workdir
     does now (refs/a3rl/staged; the tracked files stay as they are)."""
-    for rel, content in files.items():
-        write(src / rel, content)
-    git(src, "add", "-A")
-    git(src, "commit", "-q", "-m", "staged")
-    commit = git(src, "rev-parse", "HEAD")
+    commit = commit_files(src, files, "staged")
     git(wd, "update-ref", "refs/a3rl/staged", commit)
     return commit
 

@@ -455,28 +455,6 @@ def _files_listing(workdir: str, root: str, env: dict[str, str]) -> dict[str, tu
     return listing
 
 
-def _record_path(workdir: str) -> str:
-    return os.path.join(workdir, ".git", "a3rl", "workdir.json")
-
-
-def _read_record(workdir: str) -> dict[str, Any]:
-    try:
-        with open(_record_path(workdir)) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _write_record(workdir: str, record: dict[str, Any]) -> None:
-    path = _record_path(workdir)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".tmp", "w") as f:
-        json.dump(record, f, indent=1, sort_keys=True)
-        f.write("\n")
-    os.replace(path + ".tmp", path)
-
-
 def _ref(workdir: str, ref: str) -> str:
     return _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd=workdir,
                 check=False).stdout.strip()
@@ -505,8 +483,9 @@ def build_workdir(
     every patch applied, promoting it to ``refs/a3rl/pristine``. A series that fails
     leaves the previous tree. Untracked files (caches, outputs, data) are left alone.
 
-    The inputs (commits, image id, layout) are recorded with the commit they gave: a
-    re-run with the same inputs copies nothing out of the image.
+    The commit's message names the inputs (checkout commits, image and image id, and a
+    digest of them with the layout): a re-run with the same inputs copies nothing out of
+    the image.
     """
     image_sources = image_sources or {}
     result: dict[str, Any] = {"changed": False, "workdir": workdir}
@@ -549,14 +528,13 @@ def build_workdir(
         _git(["init", "--quiet", workdir])
     pristine = _ref(workdir, PRISTINE_REF)
     staged = _ref(workdir, STAGED_REF)
-    record = _read_record(workdir)
-    if record.get("digest") == digest and record.get("commit") in (pristine, staged):
-        # The same inputs as last time, and their composition is in place (or staged
-        # for the series to apply).
-        result["commit"] = record["commit"]
-        result["tree"] = _git(["rev-parse", f"{record['commit']}^{{tree}}"],
-                              cwd=workdir).stdout.strip()
-        return result
+    for done in (pristine, staged):
+        # The same inputs as the composition in place (or staged for the series).
+        if done and f"\ninputs {digest}\n" in _git(["cat-file", "commit", done],
+                                                    cwd=workdir).stdout:
+            result["commit"] = done
+            result["tree"] = _git(["rev-parse", f"{done}^{{tree}}"], cwd=workdir).stdout.strip()
+            return result
     if image_sources and check:
         # Copying gigabytes out of the image only to tell: the inputs changed.
         result.update(changed=True, action="update" if pristine else "create",
@@ -617,26 +595,21 @@ def build_workdir(
         result["tree"] = tree
         message = "a3rl: recipe working directory\n\n" + "".join(
             f"{n} {commits[n]}\n" for n in sorted(commits)
-        ) + (f"image {image} {built}\n" if image_sources else "")
+        ) + (f"image {image} {built}\n" if image_sources else "") + f"inputs {digest}\n"
         commit = _git(
             ["commit-tree", tree, "-m", message], cwd=workdir, env={**env, **_IDENTITY}
         ).stdout.strip()
         result["commit"] = commit
         if commit == pristine:
-            if not check:
-                if staged:
-                    _git(["update-ref", "-d", STAGED_REF], cwd=workdir)
-                _write_record(workdir, {"digest": digest, "commit": commit, "inputs": inputs})
+            if staged and not check:
+                _git(["update-ref", "-d", STAGED_REF], cwd=workdir)
             return result
         if commit == staged:
-            if not check:
-                _write_record(workdir, {"digest": digest, "commit": commit, "inputs": inputs})
             return result
         result.update(changed=True, action="update" if pristine else "create")
         if check:
             return result
         _git(["update-ref", STAGED_REF, commit], cwd=workdir)
-        _write_record(workdir, {"digest": digest, "commit": commit, "inputs": inputs})
         return result
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -14,8 +14,9 @@ description:
     image (I(image_sources)), copied out of I(image) as files through a container that
     is created, never started, and removed; build products come along (vLLM-Ascend's
     compiled extension and C(_cann_ops_custom)); C(__pycache__) and C(.git) do not.
-  - An unchanged composition changes nothing; the inputs (checkout commits, image id,
-    layout) are recorded, and the same inputs copy nothing out of the image again. A
+  - An unchanged composition changes nothing; the commit's message names the inputs
+    (checkout commits, image id, a digest with the layout), and the same inputs copy
+    nothing out of the image again. A
     changed one is staged as C(refs/a3rl/staged); the working tree does not change
     here. M(a3rl_patch_series) applies the series to it and switches the tracked files
     to the result in one step, or leaves the previous tree when a patch does not apply.
