@@ -780,6 +780,15 @@ def test_workdir_from_the_image_trees_keeps_the_build_products(staged, tmp_path,
     assert (wd / "vllm_ascend/vllm_ascend_C.cpython-311-aarch64-linux-gnu.so").read_text() \
         == "rebuilt\n"
     assert not build()["changed"] and not switch(wd)["changed"]
+    # A composition left staged (its series failed) is dropped when the inputs go back
+    # to those in place, so the series does not try it again.
+    image("a3rl/verl-cann:1", "sha256:" + "3" * 64, built)
+    assert build()["changed"] and git("rev-parse", "refs/a3rl/staged", cwd=wd)
+    image("a3rl/verl-cann:1", "sha256:" + "2" * 64, {
+        **built, "vllm_ascend/vllm_ascend_C.cpython-311-aarch64-linux-gnu.so": "rebuilt\n"})
+    assert not build()["changed"]
+    assert subprocess.run(["git", "rev-parse", "--verify", "--quiet", "refs/a3rl/staged"],
+                          cwd=wd, capture_output=True).returncode == 1
 
 
 def test_workdir_refuses_a_missing_image_or_tree(staged, tmp_path, docker):

@@ -532,6 +532,10 @@ def build_workdir(
         # The same inputs as the composition in place (or staged for the series).
         if done and f"\ninputs {digest}\n" in _git(["cat-file", "commit", done],
                                                     cwd=workdir).stdout:
+            if done == pristine and staged and staged != pristine and not check:
+                # Back to the inputs in place: a composition left staged (its series
+                # failed) is not wanted any more.
+                _git(["update-ref", "-d", STAGED_REF], cwd=workdir)
             result["commit"] = done
             result["tree"] = _git(["rev-parse", f"{done}^{{tree}}"], cwd=workdir).stdout.strip()
             return result
