@@ -126,8 +126,9 @@ def test_conflict_leaves_the_previous_tree_and_names_the_patch(staged):
 def image_of_workdir(node: str) -> tuple[str, str]:
     """(image name:tag, image id) the working directory's pristine commit was copied from."""
     msg = sh(node, f"git -C {WORKDIR} log -1 --format=%B refs/a3rl/pristine")
-    ref, image_id = next(line.split()[1:] for line in msg.splitlines()
-                         if line.startswith("image "))
+    images = [line.split()[1:] for line in msg.splitlines() if line.startswith("image ")]
+    assert images, f"{node}: the working directory was not copied from an image:\n{msg}"
+    ref, image_id = images[0]
     return ref, image_id
 
 
