@@ -102,8 +102,9 @@ POINTERS: tuple[Pointer, ...] = (
     Pointer("fault", "the head's training container restarted",
             "Ray heals by itself (systemd), no Ansible",
             _I + "test_ray.py::test_head_container_restart_heals_without_ansible"),
-    Pointer("fault", "a patch that does not apply", "the tree stays pristine, the patch is named",
-            _I + "test_frameworks.py::test_conflict_leaves_the_tree_pristine_and_names_the_patch"),
+    Pointer("fault", "a patch that does not apply",
+            "the previous tree stays (patched), the patch is named",
+            _I + "test_frameworks.py::test_conflict_leaves_the_previous_tree_and_names_the_patch"),
     Pointer("fault", "SSH dropping during a large transfer (the controller's rsync and ssh "
             "killed halfway)",
             "the partial file has no stamp (never marked complete); the re-run appends the "

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from a3rl.paths import project_root
-from a3rl.sim import podman, upstreams
+from a3rl.sim import image_workspace, podman, upstreams
 
 from .conftest import events, failure_text, play, provision
 
@@ -45,17 +45,6 @@ def with_recipe(sim, which: str) -> dict:
     ov = overrides(sim)
     ov["recipe"]["ref"] = upstreams.build().recipe_commits[which]
     return {"a3rl_artifact_overrides": ov}
-
-
-def workdir_state(node: str) -> tuple[str, str]:
-    """(pristine commit, what differs from it in the index and the tracked files)."""
-    pristine = sh(node, f"git -C {WORKDIR} rev-parse refs/a3rl/pristine").strip()
-    diff = sh(
-        node,
-        f"git -C {WORKDIR} diff --stat refs/a3rl/pristine; "
-        f"git -C {WORKDIR} diff --cached --stat refs/a3rl/pristine",
-    )
-    return pristine, diff
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +81,15 @@ def test_sources_at_their_pins_and_series_applied(staged):
         )
         series = json.loads(sh(c, f"cat {WORKDIR}/.git/a3rl/series.json"))
         assert len(series["labels"]) >= 7
+        # The frameworks are the training image's /workspace trees (issue 19 item 3), as
+        # build_project.sh copies them: vLLM-Ascend's build products came along, tracked.
+        ref, image_id = image_of_workdir(c)
+        assert sh(c, f"docker image inspect --format '{{{{.Id}}}}' {ref}").strip() == image_id
+        assert "compiled extension" in sh(c, f"cat {WORKDIR}/vllm_ascend/*.so")
+        assert sh(c, f"git -C {WORKDIR} ls-files {image_workspace.EXTENSION} "
+                     f"{image_workspace.CUSTOM_OPS}").split() == [
+            f"{image_workspace.CUSTOM_OPS}/op_api/lib/STAND-IN", image_workspace.EXTENSION]
+        assert sh(c, "docker ps -a -q --filter label=a3rl.workdir-copy").strip() == ""
         # The recipe's requirements, from the wheelhouse, where jobs run: the stand-in
         # sdist-only pin (built into a wheel by the store) and the open line kept to the
         # image's range (2.48.0, not the newest 2.58.0).
@@ -107,22 +105,68 @@ def test_second_run_and_check_mode_change_nothing(staged):
     assert check.ok and check.changed == 0, failure_text(check)
 
 
-def test_conflict_leaves_the_tree_pristine_and_names_the_patch(staged):
+def test_conflict_leaves_the_previous_tree_and_names_the_patch(staged):
+    """A new recipe whose series does not apply: the previous tree (patched), its series
+    record and its pristine commit stay; the new composition waits, staged."""
     node = staged.members()[0].container
+    state = (f"git -C {WORKDIR} rev-parse refs/a3rl/pristine; git -C {WORKDIR} ls-files -s "
+             f"| sha256sum; git -C {WORKDIR} diff --stat; cat {WORKDIR}/.git/a3rl/series.json")
+    before = sh(node, state)
     try:
         result = play(PLAY, staged.inventory_dir, extravars=with_recipe(staged, "conflict"))
         assert not result.ok
         text = failure_text(result)
         assert "patches/vllm_ascend/0002-" in text and "@@" in text, text
-        pristine, diff = workdir_state(node)
-        assert diff.strip() == "", diff
-        assert sh(node, f"test -e {WORKDIR}/.git/a3rl/series.json || echo none").strip() == "none"
+        assert sh(node, state) == before
+        assert sh(node, f"git -C {WORKDIR} rev-parse refs/a3rl/staged").strip()
     finally:
         restored = play(PLAY, staged.inventory_dir)
         assert restored.ok, failure_text(restored)
     assert "recompute_old_log_prob" in sh(
         node, f"cat {WORKDIR}/verl/trainer/config/actor/actor.yaml"
     )
+
+
+def image_of_workdir(node: str) -> tuple[str, str]:
+    """(image name:tag, image id) the working directory's pristine commit was copied from."""
+    msg = sh(node, f"git -C {WORKDIR} log -1 --format=%B refs/a3rl/pristine")
+    images = [line.split()[1:] for line in msg.splitlines() if line.startswith("image ")]
+    assert images, f"{node}: the working directory was not copied from an image:\n{msg}"
+    ref, image_id = images[0]
+    return ref, image_id
+
+
+def test_a_new_build_of_the_image_restages_the_working_directory(staged):
+    """Issue 19 item 3: the image id is an input of the working directory. Another image
+    (a rebuilt vLLM-Ascend) is reported by --check and restaged by a run, with the
+    series on it; back on the site's image, the same pristine commit as before."""
+    nodes = [m.container for m in staged.members()]
+    ref, _ = image_of_workdir(nodes[0])
+    pristine = sh(nodes[0], f"git -C {WORKDIR} rev-parse refs/a3rl/pristine").strip()
+    rebuilt = "localhost/a3rl-test/workdir-rebuilt:1"
+    for node in nodes:
+        sh(node, f"printf 'FROM {ref}\\nRUN echo rebuilt > /workspace/vllm-ascend/"
+                 f"{image_workspace.EXTENSION}\\n' | docker build -q -t {rebuilt} -")
+    extravars = {"frameworks_image": rebuilt}
+    try:
+        check = play(PLAY, staged.inventory_dir, check=True, extravars=extravars)
+        assert check.ok and check.changed > 0, failure_text(check)
+        assert sh(nodes[0], f"git -C {WORKDIR} rev-parse refs/a3rl/pristine").strip() == pristine
+        result = play(PLAY, staged.inventory_dir, extravars=extravars)
+        assert result.ok and result.changed > 0, failure_text(result)
+        for node in nodes:
+            assert sh(node, f"cat {WORKDIR}/{image_workspace.EXTENSION}") == "rebuilt\n"
+            assert "recompute_old_log_prob" in sh(
+                node, f"cat {WORKDIR}/verl/trainer/config/actor/actor.yaml")
+            assert image_of_workdir(node)[0] == rebuilt
+    finally:
+        restored = play(PLAY, staged.inventory_dir)
+        for node in nodes:
+            sh(node, f"docker rmi {rebuilt}", check=False)
+        assert restored.ok, failure_text(restored)
+    for node in nodes:
+        assert sh(node, f"git -C {WORKDIR} rev-parse refs/a3rl/pristine").strip() == pristine
+        assert "compiled extension" in sh(node, f"cat {WORKDIR}/{image_workspace.EXTENSION}")
 
 
 def test_added_patch_and_project_patch_reapply_the_series_in_order(staged, tmp_path):

@@ -7,6 +7,7 @@ import hashlib
 import http.server
 import json
 import os
+import shutil
 import subprocess
 import threading
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from a3rl import manifest
-from a3rl.node import artifacts, stage
+from a3rl.node import artifacts, patch_series, stage
 from a3rl.sim import upstreams
 
 IDENT = {
@@ -585,12 +586,20 @@ LAYOUT = [
 ]
 
 
+def switch(wd: Path) -> dict:
+    """What the frameworks role does after a3rl_workdir: the patch series (none here)
+    switches the tracked files to the staged composition."""
+    return patch_series.apply(str(wd), patch_series.Series(()))
+
+
 def test_workdir_layout_like_build_project(staged, tmp_path):
     spec, src = staged
     stage.checkout(spec["bundle"], str(src), spec["commit"], spec["submodules"])
     wd = tmp_path / "wd"
     r = stage.build_workdir(str(wd), {"fw": str(src)}, LAYOUT)
     assert r["changed"] and r["action"] == "create"
+    assert git("rev-parse", "refs/a3rl/staged", cwd=wd) == r["commit"]
+    switch(wd)
     files = sorted(
         str(p.relative_to(wd)) for p in wd.rglob("*") if p.is_file() and ".git" not in p.parts
     )
@@ -616,6 +625,7 @@ def test_workdir_change_keeps_untracked_runtime_files(staged, tmp_path):
     stage.checkout(spec["bundle"], str(src), spec["commit"], spec["submodules"])
     wd = tmp_path / "wd"
     stage.build_workdir(str(wd), {"fw": str(src)}, LAYOUT)
+    switch(wd)
     (wd / "kernel_meta").mkdir()
     (wd / "kernel_meta/op.o").write_text("cache")
     (wd / "outputs.log").write_text("log")
@@ -624,6 +634,8 @@ def test_workdir_change_keeps_untracked_runtime_files(staged, tmp_path):
     assert check["changed"] and (wd / "conv.py").exists()
     r = stage.build_workdir(str(wd), {"fw": str(src)}, smaller)
     assert r["changed"] and r["action"] == "update"
+    assert (wd / "conv.py").exists()  # staged only: the series step switches
+    switch(wd)
     assert not (wd / "conv.py").exists()
     assert (wd / "kernel_meta/op.o").read_text() == "cache" and (
         wd / "outputs.log"
@@ -641,6 +653,158 @@ def test_workdir_refuses_unknown_paths(staged, tmp_path):
         stage.build_workdir(
             str(tmp_path / "wd"), {"fw": str(src)}, [{"from": "other", "path": "a", "to": "b"}]
         )
+
+
+# A stand-in `docker` for the image part of build_workdir: images are folders
+# ($FAKE_DOCKER/images/<ref>/id and root/), created containers are files naming the
+# image; every call is logged.
+FAKE_DOCKER = r"""#!/usr/bin/env python3
+import os, shutil, sys, uuid
+base = os.environ["FAKE_DOCKER"]
+args = sys.argv[1:]
+with open(os.path.join(base, "calls"), "a") as f:
+    f.write(" ".join(args) + "\n")
+def image_dir(ref):
+    return os.path.join(base, "images", ref.replace("/", "_").replace(":", "_"))
+if args[:2] == ["image", "inspect"]:
+    d = image_dir(args[-1])
+    if not os.path.isdir(d):
+        sys.exit("Error: No such image: " + args[-1])
+    print(open(os.path.join(d, "id")).read().strip())
+elif args[0] == "ps":
+    pass
+elif args[0] == "create":
+    cid = uuid.uuid4().hex
+    open(os.path.join(base, "containers", cid), "w").write(args[-2])
+    print(cid)
+elif args[0] == "cp":
+    cid, path = args[1].split(":", 1)
+    src = os.path.join(image_dir(open(os.path.join(base, "containers", cid)).read()),
+                       "root") + path
+    if not os.path.exists(src):
+        sys.exit("Error: Could not find the file " + path + " in container " + cid)
+    if os.path.isdir(src):
+        shutil.copytree(src, args[2], symlinks=True)
+    else:
+        shutil.copy2(src, args[2])
+elif args[0] == "rm":
+    os.unlink(os.path.join(base, "containers", args[-1]))
+else:
+    sys.exit("fake docker: unknown command " + " ".join(args))
+"""
+
+IMAGE_LAYOUT = [
+    {"from": "fw", "path": "pkg", "to": "pkg"},
+    {"from": "fw", "path": "scripts/conv.py", "to": "./"},
+    {"from": "img", "path": "vllm_ascend", "to": "vllm_ascend"},
+    {"from": "img", "path": "conf/*.yaml", "to": "pkg/config/"},
+]
+
+
+@pytest.fixture()
+def docker(tmp_path, monkeypatch):
+    """The fake docker on PATH, with one image whose /workspace/vllm-ascend is built."""
+    base = tmp_path / "docker"
+    (base / "containers").mkdir(parents=True)
+    (base / "bin").mkdir()
+    exe = base / "bin/docker"
+    exe.write_text(FAKE_DOCKER)
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{base / 'bin'}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_DOCKER", str(base))
+
+    def image(ref: str, image_id: str, files: dict[str, str]) -> None:
+        d = base / "images" / ref.replace("/", "_").replace(":", "_")
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+        (d / "id").write_text(image_id)
+        write(d / "root/workspace/vllm-ascend", files)
+
+    def calls() -> list[str]:
+        log = base / "calls"
+        return log.read_text().splitlines() if log.exists() else []
+
+    built = {
+        ".gitignore": "*.so\n_cann_ops_custom/\n",
+        "vllm_ascend/.gitignore": "*.so\n",
+        "vllm_ascend/__init__.py": "X = 1\n",
+        "vllm_ascend/vllm_ascend_C.cpython-311-aarch64-linux-gnu.so": "built\n",
+        "vllm_ascend/_cann_ops_custom/vendors/vllm-ascend/op_api/lib/libx.so": "ops\n",
+        "vllm_ascend/__pycache__/__init__.cpython-311.pyc": "cache\n",
+        "conf/a.yaml": "a: 1\n",
+        "conf/sub/b.yaml": "b: 1\n",
+    }
+    image("a3rl/verl-cann:1", "sha256:" + "1" * 64, built)
+    return image, calls, built
+
+
+def test_workdir_from_the_image_trees_keeps_the_build_products(staged, tmp_path, docker):
+    """Issue 19 item 3: the frameworks come from the image's /workspace as files, build
+    products included (a .gitignore there does not drop them), caches left out; the
+    same image copies nothing again; a new image id restages; --check copies nothing."""
+    image, calls, built = docker
+    spec, src = staged
+    stage.checkout(spec["bundle"], str(src), spec["commit"], spec["submodules"])
+    wd = tmp_path / "wd"
+
+    def build(check=False):
+        return stage.build_workdir(str(wd), {"fw": str(src)}, IMAGE_LAYOUT, check=check,
+                                   image="a3rl/verl-cann:1",
+                                   image_sources={"img": "/workspace/vllm-ascend"})
+
+    assert build(check=True)["changed"] and calls() == ["image inspect --format {{.Id}} "
+                                                        "a3rl/verl-cann:1"]
+    r = build()
+    assert r["changed"] and r["action"] == "create"
+    switch(wd)
+    for rel in ("vllm_ascend/vllm_ascend_C.cpython-311-aarch64-linux-gnu.so",
+                "vllm_ascend/_cann_ops_custom/vendors/vllm-ascend/op_api/lib/libx.so",
+                "vllm_ascend/__init__.py", "pkg/core.py", "conv.py", "pkg/config/a.yaml"):
+        assert (wd / rel).is_file(), rel
+    assert not (wd / "vllm_ascend/__pycache__").exists()
+    assert not (wd / "pkg/config/sub").exists()  # cp dir/* copies no folders
+    assert git("status", "--porcelain", cwd=wd) == ""
+    # The short-lived container is gone.
+    assert not list((tmp_path / "docker/containers").iterdir())
+    n = len(calls())
+    again = build()
+    assert not again["changed"] and again["commit"] == r["commit"]
+    assert [c for c in calls()[n:] if not c.startswith("image inspect")] == []
+    # A new build of the image (new id), its extension rebuilt: restaged.
+    image("a3rl/verl-cann:1", "sha256:" + "2" * 64, {
+        **built, "vllm_ascend/vllm_ascend_C.cpython-311-aarch64-linux-gnu.so": "rebuilt\n"})
+    check = build(check=True)
+    assert check["changed"] and not any(c.startswith("create") for c in calls()[n:])
+    new = build()
+    assert new["changed"] and new["action"] == "update"
+    switch(wd)
+    assert (wd / "vllm_ascend/vllm_ascend_C.cpython-311-aarch64-linux-gnu.so").read_text() \
+        == "rebuilt\n"
+    assert not build()["changed"] and not switch(wd)["changed"]
+    # A composition left staged (its series failed) is dropped when the inputs go back
+    # to those in place, so the series does not try it again.
+    image("a3rl/verl-cann:1", "sha256:" + "3" * 64, built)
+    assert build()["changed"] and git("rev-parse", "refs/a3rl/staged", cwd=wd)
+    image("a3rl/verl-cann:1", "sha256:" + "2" * 64, {
+        **built, "vllm_ascend/vllm_ascend_C.cpython-311-aarch64-linux-gnu.so": "rebuilt\n"})
+    assert not build()["changed"]
+    assert subprocess.run(["git", "rev-parse", "--verify", "--quiet", "refs/a3rl/staged"],
+                          cwd=wd, capture_output=True).returncode == 1
+
+
+def test_workdir_refuses_a_missing_image_or_tree(staged, tmp_path, docker):
+    spec, src = staged
+    stage.checkout(spec["bundle"], str(src), spec["commit"], spec["submodules"])
+    with pytest.raises(stage.StageError, match="image a3rl/other:2 is not on this node.*"
+                                                "cann_image.yml"):
+        stage.build_workdir(str(tmp_path / "wd"), {"fw": str(src)}, IMAGE_LAYOUT,
+                            image="a3rl/other:2", image_sources={"img": "/workspace/x"})
+    with pytest.raises(stage.StageError, match="has no /workspace/vllm-ascend/nope"):
+        stage.build_workdir(str(tmp_path / "wd"), {}, [{"from": "img", "path": "nope",
+                                                       "to": "x"}],
+                            image="a3rl/verl-cann:1",
+                            image_sources={"img": "/workspace/vllm-ascend"})
+    assert not list((tmp_path / "docker/containers").iterdir())
 
 
 def test_the_disk_checks_count_the_bytes_partial_copies_already_hold(tmp_path, monkeypatch):

@@ -15,6 +15,7 @@ import pytest
 from a3rl.node.patch_series import (
     PatchSeriesError,
     apply,
+    base_folder,
     discover,
     filevercmp,
     reset,
@@ -63,14 +64,19 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
-def commit_pristine(wd: Path, src: Path, files: dict[str, str]) -> str:
-    """Commit ``files`` in ``src`` and make it the workdir's pristine tree, as a3rl_workdir
-    does (objects shared through git alternates, read-tree -u --reset)."""
-    for rel, text in files.items():
-        write(src / rel, text)
+def commit_files(src: Path, files: dict[str, str], message: str) -> str:
+    """Commit ``files`` in ``src`` (the workdir reaches its objects through git alternates)."""
+    for rel, content in files.items():
+        write(src / rel, content)
     git(src, "add", "-A")
-    git(src, "commit", "-q", "-m", "pristine")
-    commit = git(src, "rev-parse", "HEAD")
+    git(src, "commit", "-q", "-m", message)
+    return git(src, "rev-parse", "HEAD")
+
+
+def commit_pristine(wd: Path, src: Path, files: dict[str, str]) -> str:
+    """Commit ``files`` in ``src`` and make it the workdir's pristine tree, as the series
+    leaves it (read-tree -u --reset)."""
+    commit = commit_files(src, files, "pristine")
     git(wd, "update-ref", "refs/a3rl/pristine", commit)
     git(wd, "read-tree", "-u", "--reset", commit)
     git(wd, "update-ref", "--no-deref", "HEAD", commit)
@@ -358,6 +364,63 @@ def test_moved_pristine_is_reapplied(wd, extra, tmp_path):
     assert (r["state"], r["reason"]) == ("reapplied", "pristine changed")
     assert text(wd, "README.md") == "recipe v2\n"
     assert "line five\n" in text(wd, "verl/trainer/core.py")
+
+
+def stage_commit(wd: Path, src: Path, files: dict[str, str]) -> str:
+    """Commit ``files`` in ``src`` and stage it as a new composition, as a3rl_workdir
+    does now (refs/a3rl/staged; the tracked files stay as they are)."""
+    commit = commit_files(src, files, "staged")
+    git(wd, "update-ref", "refs/a3rl/staged", commit)
+    return commit
+
+
+def test_staged_composition_the_series_does_not_fit_leaves_the_previous_tree(
+        wd, extra, tmp_path):
+    """Issue 19 item 3: a new composition (a new image) goes in only with its series
+    applied; one the series does not apply to leaves the previous tree, series and
+    pristine commit, and the next good composition replaces both in one switch."""
+    good = apply(str(wd), series(wd, extra))
+    pristine = git(wd, "rev-parse", "refs/a3rl/pristine")
+    # The image's core.py no longer has the context of the recipe's verl patch.
+    stage_commit(wd, tmp_path / "src", {"verl/trainer/core.py": "rewritten\n"})
+    before = snapshot(wd)
+    with pytest.raises(PatchSeriesError, match="0002-verl-bugfix-core"):
+        apply(str(wd), series(wd, extra))
+    assert snapshot(wd) == before
+    assert git(wd, "rev-parse", "refs/a3rl/pristine") == pristine
+    with pytest.raises(PatchSeriesError):  # --check fails as the run would
+        apply(str(wd), series(wd, extra), check=True)
+    # The next composition fits: switched to it, patched, and it is pristine now.
+    commit = stage_commit(wd, tmp_path / "src", {"verl/trainer/core.py": PRISTINE[
+        "verl/trainer/core.py"], "README.md": "image v2\n"})
+    r = apply(str(wd), series(wd, extra))
+    assert (r["state"], r["reason"]) == ("reapplied", "pristine changed")
+    assert git(wd, "rev-parse", "refs/a3rl/pristine") == git(wd, "rev-parse", "HEAD") == commit
+    assert subprocess.run(["git", "rev-parse", "--verify", "--quiet", "refs/a3rl/staged"],
+                          cwd=wd, capture_output=True).returncode == 1
+    assert text(wd, "README.md") == "image v2\n" and "line five\n" in text(
+        wd, "verl/trainer/core.py")
+    assert r["tree"] != good["tree"]
+    assert apply(str(wd), series(wd, extra))["changed"] is False
+
+
+def test_the_series_of_a_staged_composition_is_read_from_it(wd, tmp_path):
+    """A first staging has no files in the working tree yet: the recipe's patches are
+    read from the staged commit (the module's base_folder), the working tree's otherwise."""
+    with base_folder(str(wd), "patches") as folder:
+        assert folder == str(wd / "patches")
+    files = {rel: (wd / rel).read_text() for rel in git(wd, "ls-files").split()}
+    added = "patches/vllm/0005-vllm-feature-more.patch"
+    files[added] = diff("vllm/more.py", None, "MORE = 1\n")
+    stage_commit(wd, tmp_path / "src", files)
+    assert not (wd / added).exists()
+    with base_folder(str(wd), "patches") as folder:
+        staged = discover(folder)
+    assert staged.labels[-1] == added
+    r = apply(str(wd), staged)
+    assert r["state"] == "applied" and text(wd, "vllm/more.py") == "MORE = 1\n"
+    with base_folder(str(wd), "patches") as folder:
+        assert folder == str(wd / "patches")
 
 
 def test_whitespace_tolerant_patch_is_idempotent(wd, extra, tmp_path):

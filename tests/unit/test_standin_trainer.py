@@ -31,13 +31,11 @@ import pytest
 
 from a3rl import datasets
 from a3rl.node import metrics
-from a3rl.sim import cann, datasets_fixture, hub, upstreams
+from a3rl.sim import cann, datasets_fixture, hub, image_workspace, upstreams
 
 CONTEXT = cann.CONTEXT
 TRAINER = CONTEXT / "a3rl_standin_trainer.py"
 REWARD = Path(datasets.__file__).resolve().parent / "rewards" / "deepscaler.py"
-FRAMEWORK_FOLDERS = {"verl": "verl", "megatron": "Megatron-LM", "mindspeed": "MindSpeed",
-                     "vllm": "vllm", "vllm_ascend": "vllm-ascend"}
 PPO = "verl.trainer.main_ppo"
 DAPO = "verl.trainer.main_dapo"
 
@@ -72,13 +70,9 @@ def layout(tmp_path_factory) -> Path:
     """The recipe working directory as the frameworks stage makes it, plus the reward."""
     up = upstreams.build(log=lambda _msg: None)
     manifest = upstreams.manifest_overrides(up)
-    ws = tmp_path_factory.mktemp("workspace")
-    for name, folder in FRAMEWORK_FOLDERS.items():
-        _git(ws, "clone", "-q", manifest[name]["url"], folder)
-        _git(ws / folder, "checkout", "-q", manifest[name]["ref"])
-    for pick in manifest["verl"]["cherry_picks"]:
-        _git(ws / "verl", "fetch", "-q", "origin", pick["fetch"])
-        _git(ws / "verl", "cherry-pick", "-n", "-X", "theirs", pick["commit"])
+    # The stand-in image's /workspace (vLLM-Ascend built), which build_project.sh copies.
+    ws = tmp_path_factory.mktemp("workspace") / "workspace"
+    image_workspace.build(ws, up)
     recipe = tmp_path_factory.mktemp("recipe") / "recipe"
     _git(recipe.parent, "clone", "-q", manifest["recipe"]["url"], recipe.name)
     _git(recipe, "checkout", "-q", manifest["recipe"]["ref"])
@@ -433,6 +427,27 @@ def test_without_ray_the_checks_run_first_then_it_fails_clearly(layout, assets):
     for seen in (f"config: ppo_megatron_trainer with {overrides} override(s): 2 nodes x 16 NPUs",
                  "data: train ", "model: ", "scored 1.0", "cluster: reserving 2 x 16 NPUs"):
         assert seen in proc.stdout
+
+
+def test_a_vllm_ascend_from_git_sources_fails_at_the_first_rollout(st, layout, assets, capsys,
+                                                                   monkeypatch, tmp_path):
+    """Issue 19 item 3: the working directory's vllm_ascend must be the image's built
+    tree; a copy of the git sources (no extension, no custom ops) fails the run where
+    the real one fails, after the cluster checks and before any step."""
+    assert "vllm_ascend_C.cpython-311-aarch64-linux-gnu.so" in st.check_rollout_build([layout])
+    copy = tmp_path / "wd"
+    shutil.copytree(layout, copy, symlinks=True)
+    for built in copy.glob("vllm_ascend/vllm_ascend_C*.so"):
+        built.unlink()
+    shutil.rmtree(copy / "vllm_ascend/_cann_ops_custom")
+    monkeypatch.chdir(copy)
+    rc, out, err = run(st, capsys, argv(PPO, copy, "ppo_megatron_trainer",
+                                        grpo(assets, copy)), monkeypatch)
+    assert rc == 1
+    assert (f"FAILED: rollout: {copy / 'vllm_ascend'} has no compiled extension "
+            "(vllm_ascend_C*.so) and no _cann_ops_custom") in err
+    assert "sleep mode fails at the first rollout" in err and "frameworks_trees" in err
+    assert "cluster: node" in out and "step:" not in out
 
 
 # ------------------------------------------------------------------ metric lines

@@ -7,14 +7,18 @@ DOCUMENTATION = r"""
 module: a3rl_patch_series
 short_description: Apply the recipe's patch series to its working directory, atomically
 description:
-  - Applies the patches under I(recipe_patch_dir) in the recipe's order
+  - Applies the patches under I(recipe_patch_dir) (as the staged composition has them,
+    when one waits) in the recipe's order
     (C(find ./patches -type f -name "*.patch" | sort -V), each with
     C(git apply --ignore-whitespace)), then those of each of I(extra_patch_dirs) in the
     same order. The plain files beside the patches (C(*.py)) are not copied anywhere:
     the recipe's patches import them as C(patches.verl...) from the working directory,
     and a patch may edit them like any other tracked file.
   - The working directory must be a git repository whose pristine content is
-    C(refs/a3rl/pristine) (made by M(a3rl_workdir)).
+    C(refs/a3rl/pristine) (made by M(a3rl_workdir)). A new composition staged by
+    M(a3rl_workdir) (C(refs/a3rl/staged)) is the base instead; it becomes pristine when
+    the tracked files switch to it with the series applied. A series that does not apply
+    to it leaves the previous tree, series and pristine commit.
   - All or nothing. The series is applied in a scratch index first; the tracked files
     switch to the result only when every patch applied. A patch that does not apply
     fails the task with its name, position, file and hunk, and nothing is changed.
@@ -110,6 +114,7 @@ import os  # noqa: E402 - after the documentation blocks, as Ansible modules are
 from ansible.module_utils.a3rl_patch_series import (  # noqa: E402
     PatchSeriesError,
     apply,
+    base_folder,
     discover,
     reset,
 )
@@ -133,9 +138,11 @@ def main():
         if p["state"] == "pristine":
             result = reset(workdir, check=module.check_mode)
         else:
-            series = discover(os.path.join(workdir, p["recipe_patch_dir"]),
-                              [os.path.join(workdir, d) for d in p["extra_patch_dirs"]],
-                              recipe_strip=p["recipe_strip"])
+            # The recipe's patches as the staged composition has them, when one waits.
+            with base_folder(workdir, p["recipe_patch_dir"]) as recipe_dir:
+                series = discover(recipe_dir,
+                                  [os.path.join(workdir, d) for d in p["extra_patch_dirs"]],
+                                  recipe_strip=p["recipe_strip"])
             result = apply(workdir, series, check=module.check_mode)
     except PatchSeriesError as e:
         module.fail_json(msg=str(e))

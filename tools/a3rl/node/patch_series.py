@@ -12,6 +12,11 @@ leaves a half-patched tree and a second run fails on the patches that already ap
 Here the working directory is a git repository whose pristine content is
 ``refs/a3rl/pristine`` (made by the staging step), and:
 
+- a new composition from the staging step (``refs/a3rl/staged``: a new image, recipe or
+  layout) is the base the series is built on; it becomes ``refs/a3rl/pristine`` only
+  once the tracked files switched to it with the series applied, so a series that does
+  not apply to it leaves the previous tree, series and pristine commit in place;
+
 - the whole series is applied in a scratch index and object directory first; the real
   index and working tree switch to the result only when every patch applied, so a
   failing series changes nothing (and a check run writes nothing into the repository);
@@ -26,6 +31,7 @@ so the series order is the recipe's order.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -35,11 +41,12 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 __all__ = [
     "PRISTINE_REF",
+    "STAGED_REF",
     "PatchSeriesError",
     "Patch",
     "Series",
@@ -47,11 +54,15 @@ __all__ = [
     "version_key",
     "version_sorted",
     "discover",
+    "base_folder",
     "apply",
     "reset",
 ]
 
 PRISTINE_REF = "refs/a3rl/pristine"
+# A new composition of the working directory (stage.build_workdir) not applied yet: the
+# series is built on it, and it becomes pristine when the tracked files switch to it.
+STAGED_REF = "refs/a3rl/staged"
 STATE_FILE = os.path.join("a3rl", "series.json")
 RECIPE_LABEL = "patches"
 EXTRA_LABEL = "extra"
@@ -422,12 +433,44 @@ def _migrate_objects(src: str, dest: str) -> None:
             os.replace(tmp, target)
 
 
+@contextlib.contextmanager
+def base_folder(workdir: str, rel: str) -> Iterator[str]:
+    """The working directory's folder ``rel`` (the recipe's ``patches``) as the base the
+    series goes on has it: from ``refs/a3rl/staged`` while a new composition waits (its
+    files are not in the working tree yet), else the working tree's own folder."""
+    path = os.path.join(workdir, rel)
+    git = _Git(os.path.abspath(workdir))
+    if os.path.isabs(rel) or not os.path.isdir(os.path.join(workdir, ".git")) or not git.ok(
+        ["rev-parse", "--verify", "--quiet", STAGED_REF + "^{commit}"]
+    ):
+        yield path
+        return
+    tmp = tempfile.mkdtemp(prefix="a3rl-series-")
+    try:
+        listing = git.run(["ls-tree", "-r", "-z", STAGED_REF, "--", rel.strip("/") + "/"])
+        for item in listing.stdout.split(b"\0"):
+            if not item:
+                continue
+            meta, name = item.split(b"\t", 1)
+            _mode, kind, sha = meta.split()
+            if kind != b"blob":
+                continue
+            dest = os.path.join(tmp, os.fsdecode(name))
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            with open(dest, "wb") as f:
+                f.write(git.run(["cat-file", "blob", os.fsdecode(sha)]).stdout)
+        yield os.path.join(tmp, rel)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 class _Repo(NamedTuple):
     git: _Git
     gitdir: str
     objects: str
-    pristine: str
+    pristine: str  # the base the series goes on: the staged composition, else pristine
     pristine_tree: str
+    staged: bool  # pristine is refs/a3rl/staged, to be promoted
 
 
 def _open(workdir: str) -> _Repo:
@@ -446,7 +489,8 @@ def _open(workdir: str) -> _Repo:
             f"workdir {workdir} is not the top of a git repository. Fix: "
             "build the recipe working directory first (a3rl_workdir)."
         )
-    pristine = git.run(
+    staged = git.run(["rev-parse", "--verify", "--quiet", STAGED_REF + "^{commit}"], check=False)
+    pristine = staged if staged.returncode == 0 else git.run(
         ["rev-parse", "--verify", "--quiet", PRISTINE_REF + "^{commit}"], check=False
     )
     if pristine.returncode != 0:
@@ -463,7 +507,16 @@ def _open(workdir: str) -> _Repo:
         os.path.abspath(objects),
         commit,
         git.out(["rev-parse", commit + "^{tree}"]),
+        staged.returncode == 0,
     )
+
+
+def _promote(repo: _Repo) -> None:
+    """The staged composition, now in the tracked files, becomes pristine (and HEAD)."""
+    if repo.staged:
+        repo.git.run(["update-ref", PRISTINE_REF, repo.pristine])
+        repo.git.run(["update-ref", "--no-deref", "HEAD", repo.pristine])
+        repo.git.run(["update-ref", "-d", STAGED_REF])
 
 
 # ------------------------------------------------------------------------ state file
@@ -739,6 +792,8 @@ def apply(workdir: str, series: Series, check: bool = False) -> dict[str, Any]:
             reason = _why_apply(repo, series, scratch)
             if reason is None:
                 result["tree"] = (_read_state(repo) or {})["tree"]
+                if not check:
+                    _promote(repo)  # a run cut after the switch
                 return result
             if os.path.exists(scratch.index):
                 os.unlink(scratch.index)
@@ -770,6 +825,7 @@ def apply(workdir: str, series: Series, check: bool = False) -> dict[str, Any]:
             "labels": series.labels,
         },
     )
+    _promote(repo)
     result["state"] = "applied" if reason == "first run" else "reapplied"
     return result
 
@@ -786,6 +842,8 @@ def reset(workdir: str, check: bool = False) -> dict[str, Any]:
             reason = "index differs from pristine"
         elif not _worktree_clean(repo, scratch):
             reason = "working tree differs from pristine"
+        elif repo.staged:
+            reason = "new composition staged"
         else:
             reason = ""
     result = {
@@ -810,5 +868,6 @@ def reset(workdir: str, check: bool = False) -> dict[str, Any]:
         ) from None
     if os.path.exists(state_file):
         os.unlink(state_file)
+    _promote(repo)
     result["state"] = "reset"
     return result

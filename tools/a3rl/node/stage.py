@@ -10,16 +10,19 @@ Runs on the nodes as Ansible module_utils: standard library only, Python 3.8+.
 - ``checkout``: a framework's source tree at its pinned commit, cloned from its bundle,
   with its submodules from their own bundles. Nothing reaches the network.
 - ``build_workdir``: the recipe's working directory ("build_project" layout) as a git
-  repository whose pristine commit (``refs/a3rl/pristine``) is composed from the source
-  trees by a layout list. Objects are shared with the source trees (git alternates), so
-  the copy costs no disk for history. The commit has a fixed identity and date: the
-  same sources give the same commit id on every node.
+  repository whose pristine commit (``refs/a3rl/pristine``) is composed by a layout list
+  from the training image's framework trees (``/workspace``, copied out of the image as
+  files: vLLM-Ascend's build products too) and the recipe's checkout. A new composition
+  is staged (``refs/a3rl/staged``); the patch series switches the files to it. Objects of
+  git sources are shared with their checkouts (git alternates). The commit has a fixed
+  identity and date: the same inputs give the same commit id on every node.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import hashlib
+import json
 import os
 import posixpath
 import shutil
@@ -28,6 +31,8 @@ import tempfile
 from typing import Any
 
 PRISTINE_REF = "refs/a3rl/pristine"
+# A composition the patch series has not been applied to yet (see build_workdir).
+STAGED_REF = "refs/a3rl/staged"
 STAMP_SUFFIX = ".sha256"
 _IDENTITY = {
     "GIT_AUTHOR_NAME": "a3rl",
@@ -317,79 +322,181 @@ def checkout(
 # --------------------------------------------------------------------- working folder
 
 
-def _layout_entries(src_dir: str, commit: str, path: str, to: str) -> list[str]:
-    """``--index-info`` lines placing ``path`` (file, folder or glob) of ``commit`` at ``to``.
+def _place(listing: dict[str, tuple[str, str]], path: str, to: str,
+           where: str) -> list[str]:
+    """``--index-info`` lines placing ``path`` (file, folder or glob) of a tree at ``to``.
 
-    Mirrors ``cp``: a folder lands at ``to``; a file at ``to``, or inside it when ``to``
-    ends with ``/``; a glob's matching files (not folders) land inside ``to``.
+    ``listing``: the tree's files, path -> (mode, blob sha). Mirrors ``cp``: a folder
+    lands at ``to``; a file at ``to``, or inside it when ``to`` ends with ``/``; a glob's
+    matching files (not folders) land inside ``to``. ``where`` names the tree in errors.
     """
     path = path.strip("/")
     to = "" if to in (".", "./") else to
     lines = []
     if any(c in path for c in "*?["):
         parent, pattern = posixpath.split(path)
-        out = _git(
-            ["ls-tree", "-z", f"{commit}:{parent}" if parent else commit], cwd=src_dir, check=False
-        )
-        if out.returncode != 0:
-            raise StageError(f"{src_dir}: {parent} does not exist at {commit[:12]}")
-        for item in out.stdout.split("\0"):
-            if not item:
-                continue
-            meta, name = item.split("\t", 1)
-            mode, kind, sha = meta.split()
-            if kind == "blob" and fnmatch.fnmatchcase(name, pattern):
+        prefix = f"{parent}/" if parent else ""
+        if parent and not any(k.startswith(prefix) for k in listing):
+            raise StageError(f"{where}: {parent} does not exist")
+        for key in sorted(listing):
+            name = key[len(prefix):]
+            if key.startswith(prefix) and "/" not in name and fnmatch.fnmatchcase(name, pattern):
+                mode, sha = listing[key]
                 lines.append(f"{mode} {sha}\t{posixpath.join(to.rstrip('/'), name)}")
         if not lines:
-            raise StageError(f"{src_dir}: nothing matches {path} at {commit[:12]}")
+            raise StageError(f"{where}: nothing matches {path}")
         return lines
     if path in ("", "."):
-        spec = commit
-        kind = "tree"
-    else:
-        proc = _git(["cat-file", "-t", f"{commit}:{path}"], cwd=src_dir, check=False)
-        if proc.returncode != 0:
-            raise StageError(
-                f"{src_dir}: {path} does not exist at {commit[:12]}. Fix: correct "
-                "the layout entry or the pin."
-            )
-        kind = proc.stdout.strip()
-        spec = f"{commit}:{path}"
-    if kind == "blob":
-        sha = _git(["rev-parse", spec], cwd=src_dir).stdout.strip()
-        mode = _git(["ls-tree", commit, "--", path], cwd=src_dir).stdout.split()[0]
+        inside = {k: k for k in listing}
+    elif path in listing:
+        mode, sha = listing[path]
         dest = posixpath.join(to, posixpath.basename(path)) if (to.endswith("/") or not to) else to
         return [f"{mode} {sha}\t{dest.strip('/')}"]
-    out = _git(["ls-tree", "-r", "-z", spec], cwd=src_dir).stdout
+    else:
+        inside = {k: k[len(path) + 1:] for k in listing if k.startswith(path + "/")}
+        if not inside:
+            raise StageError(f"{where}: {path} does not exist. Fix: correct the layout "
+                             "entry or the pin.")
+    for key, rel in sorted(inside.items()):
+        mode, sha = listing[key]
+        dest = posixpath.join(to.strip("/"), rel) if to.strip("/") else rel
+        lines.append(f"{mode} {sha}\t{dest}")
+    return lines
+
+
+def _git_listing(src_dir: str, commit: str) -> dict[str, tuple[str, str]]:
+    """The files (blobs; submodules are not copied) of ``commit`` in ``src_dir``."""
+    out = _git(["ls-tree", "-r", "-z", commit], cwd=src_dir).stdout
+    listing = {}
     for item in out.split("\0"):
         if not item:
             continue
         meta, name = item.split("\t", 1)
         mode, kind, sha = meta.split()
         if kind == "blob":
-            lines.append(
-                f"{mode} {sha}\t{posixpath.join(to.strip('/'), name) if to.strip('/') else name}"
-            )
-    return lines
+            listing[name] = (mode, sha)
+    return listing
+
+
+def _docker(args: list[str], check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(["docker", *args], capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise StageError(f"docker {' '.join(args)}: {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc
+
+
+def image_id(image: str) -> str | None:
+    """The id of ``image`` in the node's Docker, or None when it is not there."""
+    proc = _docker(["image", "inspect", "--format", "{{.Id}}", image], check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+# A label on the short-lived container the trees are copied out of (never started).
+COPY_LABEL = "a3rl.workdir-copy"
+# Caches, not content: Python rewrites them on import (which would show as a drift of
+# the tracked files), and they name the image's paths.
+_NOT_COPIED = ("__pycache__", ".git")
+
+
+def _copy_from_image(image: str, paths: list[str], dest: str) -> None:
+    """Copy ``paths`` (absolute, inside the image) out of ``image`` to ``dest + path``.
+
+    Through a container that is created and never started (``docker cp`` reads its
+    filesystem): nothing of the image runs. Leftovers of a cut earlier run (by label)
+    are removed first.
+    """
+    old = _docker(["ps", "-a", "-q", "--filter", f"label={COPY_LABEL}"], check=False).stdout
+    for cid in old.split():
+        _docker(["rm", "-f", cid], check=False)
+    cid = _docker(["create", "--label", COPY_LABEL, "--network", "none", "--entrypoint", "",
+                   image, "true"]).stdout.strip()
+    try:
+        chosen: list[str] = []
+        for path in sorted(set(paths)):
+            if any(path == c or path.startswith(c.rstrip("/") + "/") for c in chosen):
+                continue
+            chosen.append(path)
+            target = dest + path
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            proc = _docker(["cp", f"{cid}:{path}", target], check=False)
+            if proc.returncode != 0:
+                raise StageError(
+                    f"the training image {image} has no {path} ({proc.stderr.strip()}). The "
+                    "recipe's build_project.sh copies the working directory from the "
+                    "image's framework trees. Fix: load the recipe's image (cann_image), "
+                    "or correct frameworks_image_sources."
+                )
+    finally:
+        _docker(["rm", "-f", cid], check=False)
+    for top, dirs, files in os.walk(dest):
+        for d in [d for d in dirs if d in _NOT_COPIED]:
+            dirs.remove(d)
+            shutil.rmtree(os.path.join(top, d))
+        for f in files:
+            if f.endswith(".pyc") or f == ".git":
+                os.unlink(os.path.join(top, f))
+
+
+def _files_listing(workdir: str, root: str, env: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """Hash every file under ``root`` into the workdir's objects (``env``'s object
+    folder); return path -> (mode, sha), paths relative to ``root``."""
+    index = os.path.join(os.path.dirname(root), "files-index")
+    env = {**env, "GIT_INDEX_FILE": index, "GIT_WORK_TREE": root}
+    # -f: ignore rules (.gitignore in the trees) would leave the build products out.
+    _git(["add", "-A", "-f", "."], cwd=root, env={**env, "GIT_DIR": os.path.join(workdir, ".git")})
+    out = _git(["ls-files", "-s", "-z"], cwd=root,
+               env={**env, "GIT_DIR": os.path.join(workdir, ".git")}).stdout
+    listing = {}
+    for item in out.split("\0"):
+        if item:
+            meta, name = item.split("\t", 1)
+            mode, sha, _stage = meta.split()
+            listing[name] = (mode, sha)
+    return listing
+
+
+def _ref(workdir: str, ref: str) -> str:
+    return _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd=workdir,
+                check=False).stdout.strip()
 
 
 def build_workdir(
-    workdir: str, sources: dict[str, str], layout: list[dict[str, str]], check: bool = False
+    workdir: str,
+    sources: dict[str, str],
+    layout: list[dict[str, str]],
+    check: bool = False,
+    image: str = "",
+    image_sources: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Compose the pristine working directory from ``sources`` (name -> checkout folder).
+    """Compose the pristine working directory and stage it as ``refs/a3rl/staged``.
 
+    ``sources``: name -> git checkout on the node (its HEAD commit is used);
+    ``image_sources``: name -> folder inside ``image`` (the recipe's image builds the
+    frameworks in ``/workspace``), copied out as files, build products included.
     ``layout``: ordered ``{from, path, to}`` entries; a later entry replaces the files an
-    earlier one put at the same place, as a later ``cp`` would. When the composed tree
-    is the recorded pristine one nothing happens; otherwise the new pristine commit is
-    recorded and the working tree (tracked files only) is switched to it. Untracked
-    files (caches, outputs, data) are left alone.
+    earlier one put at the same place, as a later ``cp`` would.
+
+    Nothing in the working tree changes here: the composition is a commit. When it is
+    the pristine one, nothing happens (a leftover staged ref is dropped); otherwise it
+    becomes ``refs/a3rl/staged``, and the patch series (``patch_series.apply``) is
+    applied to it in scratch and switches the tracked files to the result only when
+    every patch applied, promoting it to ``refs/a3rl/pristine``. A series that fails
+    leaves the previous tree. Untracked files (caches, outputs, data) are left alone.
+
+    The commit's message names the inputs (checkout commits, image and image id, and a
+    digest of them with the layout): a re-run with the same inputs copies nothing out of
+    the image.
     """
+    image_sources = image_sources or {}
     result: dict[str, Any] = {"changed": False, "workdir": workdir}
-    missing = [n for n in {e["from"] for e in layout} if n not in sources]
+    missing = [n for n in {e["from"] for e in layout}
+               if n not in sources and n not in image_sources]
     if missing:
         raise StageError(f"layout names sources that are not staged: {', '.join(sorted(missing))}")
     commits = {}
     for name, src in sources.items():
+        if name in image_sources:
+            continue
         head = _head(src) if os.path.isdir(os.path.join(src, ".git")) else None
         if head is None:
             if check:
@@ -397,6 +504,21 @@ def build_workdir(
                 return result
             raise StageError(f"source {name}: {src} is not a checkout. Fix: stage it first.")
         commits[name] = head
+    built = ""
+    if image_sources:
+        built = image_id(image) or ""
+        result["image_id"] = built
+        if not built:
+            if check:
+                result.update(changed=True, action="create" if not os.path.isdir(
+                    os.path.join(workdir, ".git")) else "update")
+                return result
+            raise StageError(
+                f"the training image {image} is not on this node; the working directory is "
+                "copied from its framework trees. Fix: run playbooks/cann_image.yml first.")
+    inputs = {"commits": commits, "image": image, "image_id": built,
+              "image_sources": image_sources, "layout": layout}
+    digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
     exists = os.path.isdir(os.path.join(workdir, ".git"))
     if not exists and check:
         result.update(changed=True, action="create")
@@ -404,12 +526,34 @@ def build_workdir(
     if not exists:
         os.makedirs(workdir, exist_ok=True)
         _git(["init", "--quiet", workdir])
+    pristine = _ref(workdir, PRISTINE_REF)
+    staged = _ref(workdir, STAGED_REF)
+    for done in (pristine, staged):
+        # The same inputs as the composition in place (or staged for the series).
+        if done and f"\ninputs {digest}\n" in _git(["cat-file", "commit", done],
+                                                    cwd=workdir).stdout:
+            if done == pristine and staged and staged != pristine and not check:
+                # Back to the inputs in place: a composition left staged (its series
+                # failed) is not wanted any more.
+                _git(["update-ref", "-d", STAGED_REF], cwd=workdir)
+            result["commit"] = done
+            result["tree"] = _git(["rev-parse", f"{done}^{{tree}}"], cwd=workdir).stdout.strip()
+            return result
+    if image_sources and check:
+        # Copying gigabytes out of the image only to tell: the inputs changed.
+        result.update(changed=True, action="update" if pristine else "create",
+                      reason="the training image or the sources changed")
+        return result
     alternates = os.path.join(workdir, ".git", "objects", "info", "alternates")
+    git_sources = {n: sources[n] for n in commits}
     want_alt = "".join(
-        f"{os.path.join(os.path.abspath(sources[n]), '.git', 'objects')}\n" for n in sorted(sources)
+        f"{os.path.join(os.path.abspath(git_sources[n]), '.git', 'objects')}\n"
+        for n in sorted(git_sources)
     )
     have_alt = open(alternates).read() if os.path.exists(alternates) else ""
-    scratch = tempfile.mkdtemp(prefix="a3rl-workdir-")
+    # Scratch beside the repository: the image's trees may be large for /tmp.
+    scratch = tempfile.mkdtemp(prefix="a3rl-workdir-",
+                               dir=None if check else os.path.join(workdir, ".git"))
     try:
         env = {"GIT_INDEX_FILE": os.path.join(scratch, "index")}
         if check:
@@ -422,41 +566,54 @@ def build_workdir(
         elif have_alt != want_alt:
             with open(alternates, "w") as f:
                 f.write(want_alt)
+        listings: dict[str, dict[str, tuple[str, str]]] = {}
+        if image_sources:
+            paths = []
+            for entry in layout:
+                if entry["from"] in image_sources:
+                    path = entry.get("path", ".").strip("/")
+                    if any(c in path for c in "*?["):
+                        path = posixpath.dirname(path)
+                    paths.append(posixpath.normpath(posixpath.join(image_sources[entry["from"]],
+                                                                   path)))
+            files = os.path.join(scratch, "image", "root")
+            os.makedirs(files)
+            _copy_from_image(image, paths, files)
+            everything = _files_listing(workdir, files, env)
+            for name, folder in image_sources.items():
+                prefix = folder.strip("/") + "/"
+                listings[name] = {k[len(prefix):]: v for k, v in everything.items()
+                                  if k.startswith(prefix)}
+        for name in commits:
+            listings[name] = _git_listing(sources[name], commits[name])
         placed: dict[str, str] = {}
         for entry in layout:
             name = entry["from"]
-            for line in _layout_entries(
-                sources[name], commits[name], entry.get("path", "."), entry.get("to", ".")
-            ):
+            where = (f"the training image {image}: {image_sources[name]}" if name in image_sources
+                     else f"{sources[name]} at {commits[name][:12]}")
+            for line in _place(listings[name], entry.get("path", "."), entry.get("to", "."), where):
                 placed[line.split("\t", 1)[1]] = line
         stdin = "".join(placed[p] + "\n" for p in sorted(placed))
         _git(["update-index", "--index-info"], cwd=workdir, env=env, stdin=stdin)
         tree = _git(["write-tree"], cwd=workdir, env=env).stdout.strip()
-        old = _git(
-            ["rev-parse", "--verify", "--quiet", f"{PRISTINE_REF}^{{tree}}"],
-            cwd=workdir,
-            check=False,
-        ).stdout.strip()
         result["tree"] = tree
-        if old == tree:
-            result["commit"] = _git(["rev-parse", PRISTINE_REF], cwd=workdir).stdout.strip()
-            return result
-        result.update(changed=True, action="update" if old else "create")
         message = "a3rl: recipe working directory\n\n" + "".join(
             f"{n} {commits[n]}\n" for n in sorted(commits)
-        )
+        ) + (f"image {image} {built}\n" if image_sources else "") + f"inputs {digest}\n"
         commit = _git(
             ["commit-tree", tree, "-m", message], cwd=workdir, env={**env, **_IDENTITY}
         ).stdout.strip()
         result["commit"] = commit
+        if commit == pristine:
+            if staged and not check:
+                _git(["update-ref", "-d", STAGED_REF], cwd=workdir)
+            return result
+        if commit == staged:
+            return result
+        result.update(changed=True, action="update" if pristine else "create")
         if check:
             return result
-        _git(["update-ref", PRISTINE_REF, commit], cwd=workdir)
-        _git(["read-tree", "-u", "--reset", commit], cwd=workdir)
-        _git(["update-ref", "--no-deref", "HEAD", commit], cwd=workdir)
-        series = os.path.join(workdir, ".git", "a3rl", "series.json")
-        if os.path.exists(series):
-            os.unlink(series)
+        _git(["update-ref", STAGED_REF, commit], cwd=workdir)
         return result
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

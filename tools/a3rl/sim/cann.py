@@ -2,7 +2,8 @@
 
 The real image is ~20 GB and built from the CANN base image, which cannot be fetched
 here. The stand-in is the simulated node's own image plus what the simulator's
-stand-in trainer needs (see ``files/cann-standin``). It is handed to the cluster the
+stand-in trainer needs (see ``files/cann-standin``), and the recipe image's framework
+trees in ``/workspace`` (``image_workspace``). It is handed to the cluster the
 way a real site hands over an offline image: one archive on the controller with its
 sha256, which the ``cann_image`` role distributes and loads. Built once per content.
 """
@@ -23,7 +24,7 @@ from pathlib import Path
 from a3rl.files import sha256_file
 from a3rl.images import archive_image_id
 from a3rl.paths import cache_dir
-from a3rl.sim import podman
+from a3rl.sim import image_workspace, podman, upstreams
 
 CONTEXT = Path(__file__).resolve().parent / "files" / "cann-standin"
 # Ray 2.60.0 and its dependencies, pinned: the variant the token-auth tests run.
@@ -44,8 +45,11 @@ class CannArchive:
         return f"{self.name}:{self.tag}"
 
 
-def digest(node_image: str, ray_requirements: Path | None = None) -> str:
+def digest(node_image: str, ray_requirements: Path | None = None,
+           workspace: str = "") -> str:
     h = hashlib.sha256(f"base={node_image}\n".encode())
+    # The /workspace framework trees (image_workspace.digest).
+    h.update(f"workspace={workspace}\n".encode())
     if ray_requirements is not None:
         h.update(b"ray\n" + ray_requirements.read_bytes())
     for f in sorted(CONTEXT.iterdir()):
@@ -61,7 +65,8 @@ def ensure_archive(node_image: str, log: Callable[[str], None] = print,
     replaces the node image's Ray (the recipe's 2.48.0) with another release in the
     image, as the token-authentication tests need.
     """
-    tag = digest(node_image, ray_requirements)
+    up = upstreams.build(log)
+    tag = digest(node_image, ray_requirements, image_workspace.digest(up))
     out = cache_dir() / "sim-cann"
     out.mkdir(parents=True, exist_ok=True)
     meta = out / f"{tag}.json"
@@ -86,6 +91,7 @@ def ensure_archive(node_image: str, log: Callable[[str], None] = print,
             if proc.returncode != 0:
                 raise RuntimeError(f"pip wheel for the CANN stand-in failed: {proc.stderr}")
             (ctx / "ray").mkdir()
+            image_workspace.build(ctx / "workspace", up)
             if ray_requirements is not None:
                 req = ctx / "ray" / "requirements.txt"
                 shutil.copy(ray_requirements, req)

@@ -1160,6 +1160,12 @@ def _frameworks_workspace(up_root: Path, refs: dict[str, str], pick: str, dest: 
     _git(dest / "verl", "cherry-pick", "-n", "-X", "theirs", pick)
 
 
+def frameworks_workspace(up: Upstreams, dest: Path) -> None:
+    """The recipe image's ``/workspace`` framework trees (git checkouts, verl with the
+    cherry-pick uncommitted, as the recipe's Dockerfile leaves it) at ``up``'s pins."""
+    _frameworks_workspace(up.root, up.refs, up.verl_pick, dest)
+
+
 def _format_patch(ws: Path, patch: _Patch, out: Path, relative: bool = False) -> None:
     """``relative``: paths relative to the working directory (the project's own patches,
     made with ``git diff`` in the working directory) instead of the recipe repository."""

@@ -29,7 +29,12 @@ the NPU math, so that submission, follow, stop, log collection and the report ru
    environment it got. It fails when the cluster lacks the NPUs (within
    ``A3RL_STANDIN_RAY_TIMEOUT`` seconds, default 120), a node sees no device for an id
    Ray assigned, or a variable of the job's env did not reach a node.
-4. Prints ``trainer.total_training_steps`` steps (2 when unset, at most 20) as verl's
+4. Checks what vLLM-Ascend's first rollout needs of its build: ``vllm_ascend`` as the
+   job imports it (the working directory first) holds the compiled extension
+   (``vllm_ascend_C*.so``) and ``_cann_ops_custom``, as the image's built tree does. A
+   copy of vLLM-Ascend's git sources has neither; the real run then has its custom ops
+   off and fails in sleep mode at the first rollout. The stand-in fails there, clearly.
+5. Prints ``trainer.total_training_steps`` steps (2 when unset, at most 20) as verl's
    console logger prints them (``step:N - key:value - ...``, the keys verl 0.6.0 logs,
    DAPO's ``train/num_gen_batches`` for ``main_dapo``), every line with
    ``a3rl/simulated:1``. The values are SYNTHETIC: plausible for the run's shape and the
@@ -79,6 +84,9 @@ ENV_SHOWN = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NPUS_PER_NODE", "CURRENT_I
              "SOCKET_IFNAME", "HCCL_SOCKET_IFNAME", "HCCL_IF_BASE_PORT", "VLLM_ASCEND_ENABLE_NZ",
              "USE_ALLTOALL_OVERLAP", "ASCEND_RT_VISIBLE_DEVICES", "SOC_VERSION")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json")
+# vLLM-Ascend's build products in its package folder (shared/reference/real-upstreams.md).
+VLLM_ASCEND_EXTENSION = "vllm_ascend_C*.so"
+VLLM_ASCEND_CUSTOM_OPS = "_cann_ops_custom"
 # The record the simulator's stand-in converter writes into a dist-checkpoint.
 STANDIN_CKPT_RECORD = "release/a3rl-standin.json"
 
@@ -612,6 +620,33 @@ def verify_cluster(report: ClusterReport, nnodes: int,
     return lines, problems
 
 
+# ------------------------------------------------------------------ rollout
+
+
+def check_rollout_build(search: Sequence[str | Path] | None = None) -> str:
+    """vllm_ascend as ``python3 -m`` from the working directory imports it (``search``:
+    sys.path, the working directory first), with its build products; CheckError when
+    the first rollout would fail for the lack of them."""
+    roots = [Path.cwd(), *(p for p in sys.path if p)] if search is None else search
+    package = next((Path(r) / "vllm_ascend" for r in roots
+                    if (Path(r) / "vllm_ascend" / "__init__.py").is_file()), None)
+    if package is None:
+        raise CheckError(f"rollout: no vllm_ascend under {Path.cwd()} (or sys.path): run the "
+                         "job from the recipe working directory, where build_project.sh put it")
+    extension = sorted(package.glob(VLLM_ASCEND_EXTENSION))
+    lacks = ([] if extension else [f"compiled extension ({VLLM_ASCEND_EXTENSION})"]) + (
+        [] if (package / VLLM_ASCEND_CUSTOM_OPS).is_dir() else [VLLM_ASCEND_CUSTOM_OPS])
+    if lacks:
+        raise CheckError(
+            f"rollout: {package} has no {' and no '.join(lacks)}: it is not the training "
+            "image's built vLLM-Ascend (a copy of its git sources?), and the job imports it "
+            "before the image's. vLLM-Ascend's custom ops are off and sleep mode fails at "
+            "the first rollout. Fix: stage the working directory from the training image's "
+            "/workspace (frameworks role, frameworks_trees: image), as build_project.sh does")
+    return (f"rollout: vllm_ascend from {package}: {extension[0].name}, "
+            f"{VLLM_ASCEND_CUSTOM_OPS}/ present (the image's built tree)")
+
+
 # ------------------------------------------------------------------ metrics
 
 
@@ -809,6 +844,7 @@ def run(argv: Sequence[str], cluster: Callable[..., ClusterReport] = cluster_che
             say(f"cluster: {line}")
         if problems:
             raise CheckError("cluster: " + "; ".join(problems))
+        say(check_rollout_build())
         steps = total_steps(cfg)
         pause = float(os.environ.get("A3RL_STANDIN_STEP_SECONDS", DEFAULT_STEP_SECONDS))
         seed = seed_of(cfg, args.module)
