@@ -120,7 +120,9 @@ def test_a_run_end_to_end_to_its_report(up, algo):
 
 
 def test_no_second_submit_while_running_then_stop(up):
-    args = {"algo": "grpo", "overrides": ["trainer.total_training_steps=20"],
+    # Long enough to be stopped: the CPU profile's few rows are one step's worth an epoch.
+    args = {"algo": "grpo", "overrides": ["trainer.total_training_steps=200",
+                                          "trainer.total_epochs=100"],
             "train_job_follow": False}
     first = play(TRAIN, up.inventory_dir, extravars=args)
     assert first.ok and first.changed > 0, failure_text(first)
@@ -151,18 +153,28 @@ def test_no_second_submit_while_running_then_stop(up):
 
 
 def test_a_failing_job_fails_the_play_with_its_id_and_last_lines(up):
-    # A data file that is not there: real verl's own loader fails, and the play quotes it.
-    bad = ["trainer.total_training_steps=2", "data.train_files=/data/a3rl/data/missing.parquet"]
-    result = play(TRAIN, up.inventory_dir, extravars={"algo": "grpo", "overrides": bad})
+    # A data file removed from the nodes: real verl's own loader fails, and the play quotes
+    # it. (Three steps: a plan of its own, not the end-to-end test's ended job.)
+    from a3rl.sim import podman
+
+    data = "/data/a3rl/data/deepscaler/train.parquet"
+    for node in up.members():
+        podman.exec_(node.container, "mv", data, data + ".aside")
+    try:
+        result = play(TRAIN, up.inventory_dir, extravars={
+            "algo": "grpo", "overrides": ["trainer.total_training_steps=3"]})
+    finally:
+        for node in up.members():
+            podman.exec_(node.container, "mv", data + ".aside", data)
     assert not result.ok
     text = failure_text(result)
-    assert "FAILED" in text and "missing.parquet" in text, text
-    # verl's own error, raised from the staged tree in the recipe working directory
-    last = text.split("Last log lines:", 1)[1]
-    assert "FileNotFoundError: Unable to find '/data/a3rl/data/missing.parquet'" in last, text
-    assert "/llm_rl/qwen3/verl/trainer/main_ppo.py" in last, text
     ident = _submission_id(result)
-    assert ident in text and (project_root() / "runs" / ident / "job.log").is_file()
+    assert f"job {ident} FAILED" in text, text
+    # verl's own error, raised in the staged, patched verl of the working directory
+    last = text.split("Last log lines:", 1)[1]
+    assert f"FileNotFoundError: Unable to find '{data}'" in last, text
+    assert "/data/a3rl/llm_rl/qwen3/verl/" in last, text
+    assert (project_root() / "runs" / ident / "job.log").is_file()
 
 
 def _trainers(sim, node) -> list[str]:
