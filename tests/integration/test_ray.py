@@ -327,7 +327,8 @@ def test_token_auth_with_a_ray_that_has_it(ray_up):
     image = ensure_image(ImageSpec(), log=print)
     archive = cann.ensure_archive(image, log=print,
                                  ray_requirements=cann.RAY_TOKEN_REQUIREMENTS)
-    extra = {"a3rl_training_image_tag": archive.tag, "cann_image_tarball": str(archive.path),
+    extra = {"a3rl_training_image_name": archive.name, "a3rl_training_image_tag": archive.tag,
+             "cann_image_tarball": str(archive.path),
              "cann_image_tarball_sha256": archive.sha256, "a3rl_ray_version": "2.60.0"}
     runs = []
     for pb in ("playbooks/cann_image.yml", "playbooks/training_container.yml",
