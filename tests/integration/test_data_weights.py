@@ -27,7 +27,7 @@ from a3rl.sim import hub
 from .conftest import failure_text, play, provision
 
 # What this module asserts on is the same under either strategy: its plays run under
-# Mitogen (conftest.play_strategy).
+# Mitogen (conftest.play_strategy), except the weights play, which pins `linear` itself.
 PLAY_STRATEGY = "mitogen"
 
 DATA = "playbooks/data.yml"
