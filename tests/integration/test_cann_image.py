@@ -315,8 +315,13 @@ def test_build_source_builds_once_on_the_stager(site, tmp_path):
     subprocess.run(["git", "-C", str(tmp_path / "recipe"), "checkout", "-q",
                     up.recipe_commits["clean"]], check=True)
     ctx = tmp_path / "recipe" / up.recipe_subdir
+    # The CANN base image the recipe's Dockerfile builds on has no framework trees in
+    # /workspace; the training image stand-in does (it stands for the image built from it).
+    base = "localhost/a3rl/cann-base-standin:test"
+    podman.exec_(node1, "sh", "-c", f"printf 'FROM {ref}\\nRUN rm -rf /workspace "
+                 f"&& mkdir /workspace\\n' | docker build -q -t {base} -")
     extra = {"cann_image_source": "build", "cann_image_build_context": str(ctx),
-             "cann_image_build_args": {"BASE": ref},
+             "cann_image_build_args": {"BASE": base},
              "cann_image_tag": "viabuild", "cann_image_cache_dir": str(tmp_path / "cache")}
     # --check with no earlier archive: says it would build, and builds nothing.
     checked = play(IMAGE_PLAY, site.inventory_dir, extravars=extra, check=True)
