@@ -688,55 +688,8 @@ def _safetensors(tensors: list[tuple[str, str, list[int], bytes]],
     return struct.pack("<Q", len(raw)) + raw + b"".join(t[3] for t in tensors)
 
 
-def _byte_symbols() -> list[str]:
-    """GPT-2's byte-to-unicode table (the one Qwen's byte-level BPE uses), in id order."""
-    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-          *range(ord("®"), ord("ÿ") + 1)]
-    cs = list(bs)
-    extra = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + extra)
-            extra += 1
-    return [chr(c) for c in cs]
-
-
 def _tokenizer_files() -> dict[str, bytes]:
-    vocab = {s: i for i, s in enumerate(_byte_symbols())}
-    for merge in _MERGES:
-        vocab.setdefault(merge.replace(" ", ""), len(vocab))
-    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
-                  "use_regex": False}
-    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": True} for t, i in _SPECIAL.items()]
-    tokenizer = {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
-        "normalizer": {"type": "NFC"},
-        "pre_tokenizer": {**byte_level, "use_regex": True},
-        "post_processor": byte_level, "decoder": byte_level,
-        "model": {"type": "BPE", "dropout": None, "unk_token": None,
-                  "continuing_subword_prefix": "", "end_of_word_suffix": "",
-                  "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                  "vocab": vocab, "merges": _MERGES},
-    }
-    config = {
-        "add_bos_token": False, "add_prefix_space": False,
-        "added_tokens_decoder": {str(a["id"]): {k: v for k, v in a.items() if k != "id"}
-                                 for a in added},
-        "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
-        "bos_token": None, "chat_template": _CHAT_TEMPLATE,
-        "clean_up_tokenization_spaces": False, "eos_token": "<|im_end|>", "errors": "replace",
-        "model_max_length": 131072, "pad_token": "<|endoftext|>",
-        "split_special_tokens": False, "tokenizer_class": "Qwen2Tokenizer", "unk_token": None,
-        "_a3rl_standin": True,
-    }
-    return {
-        "tokenizer.json": _json(tokenizer),
-        "tokenizer_config.json": _json(config),
-        "vocab.json": json.dumps(vocab, ensure_ascii=False, separators=(",", ":")).encode(),
-        "merges.txt": ("#version: 0.2\n" + "\n".join(_MERGES) + "\n").encode(),
-    }
+    return tiny_qwen3.qwen_tokenizer_files(_MERGES, _SPECIAL, _CHAT_TEMPLATE, 131072)
 
 
 def _json(data: Any) -> bytes:

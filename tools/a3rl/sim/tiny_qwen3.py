@@ -37,6 +37,7 @@ import json
 import re
 import shutil
 import struct
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -158,11 +159,22 @@ def _byte_table() -> list[str]:
 
 def tokenizer_files() -> dict[str, bytes]:
     merges = train_bpe(corpus(), VOCAB_SIZE - 256 - len(SPECIAL))
+    return qwen_tokenizer_files([f"{a} {b}" for a, b in merges], SPECIAL, CHAT_TEMPLATE,
+                                CONFIG["max_position_embeddings"], padding_side="left")
+
+
+def qwen_tokenizer_files(merges: list[str], special: Mapping[str, int] | Sequence[str],
+                         chat_template: str, model_max_length: int,
+                         padding_side: str | None = None) -> dict[str, bytes]:
+    """A Qwen-style byte-level BPE tokenizer's files (``tokenizer.json``,
+    ``tokenizer_config.json``, ``vocab.json``, ``merges.txt``) from its merges ("a b").
+    ``special`` maps each special token to its id, or lists them to be numbered after the
+    vocabulary. Shared by this tiny model and the stand-in hub's published-config repos."""
     vocab = {s: i for i, s in enumerate(byte_symbols())}
-    for a, b in merges:
-        vocab.setdefault(a + b, len(vocab))
-    special = {t: len(vocab) + i for i, t in enumerate(SPECIAL)}
-    merge_lines = [f"{a} {b}" for a, b in merges]
+    for merge in merges:
+        vocab.setdefault(merge.replace(" ", ""), len(vocab))
+    if not isinstance(special, Mapping):
+        special = {t: len(vocab) + i for i, t in enumerate(special)}
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
                   "use_regex": False}
     added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
@@ -175,24 +187,25 @@ def tokenizer_files() -> dict[str, bytes]:
         "model": {"type": "BPE", "dropout": None, "unk_token": None,
                   "continuing_subword_prefix": "", "end_of_word_suffix": "",
                   "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                  "vocab": vocab, "merges": merge_lines},
+                  "vocab": vocab, "merges": merges},
     }
     config = {
         "add_bos_token": False, "add_prefix_space": False,
         "added_tokens_decoder": {str(a["id"]): {k: v for k, v in a.items() if k != "id"}
                                  for a in added},
         "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
-        "bos_token": None, "chat_template": CHAT_TEMPLATE,
+        "bos_token": None, "chat_template": chat_template,
         "clean_up_tokenization_spaces": False, "eos_token": "<|im_end|>", "errors": "replace",
-        "model_max_length": CONFIG["max_position_embeddings"], "pad_token": "<|endoftext|>",
-        "padding_side": "left", "split_special_tokens": False,
+        "model_max_length": model_max_length, "pad_token": "<|endoftext|>",
+        **({"padding_side": padding_side} if padding_side else {}),
+        "split_special_tokens": False,
         "tokenizer_class": "Qwen2Tokenizer", "unk_token": None, "_a3rl_standin": True,
     }
     return {
         "tokenizer.json": _json(tokenizer),
         "tokenizer_config.json": _json(config),
         "vocab.json": json.dumps(vocab, ensure_ascii=False, separators=(",", ":")).encode(),
-        "merges.txt": ("#version: 0.2\n" + "\n".join(merge_lines) + "\n").encode(),
+        "merges.txt": ("#version: 0.2\n" + "\n".join(merges) + "\n").encode(),
     }
 
 
