@@ -9,7 +9,7 @@ import pytest
 
 from a3rl.sim import podman
 
-from .conftest import failure_text, play
+from .conftest import events, failure_text, play
 
 # What this module asserts on is the same under either strategy: its plays run under
 # Mitogen (conftest.play_strategy).
@@ -73,3 +73,33 @@ def test_wrong_storage_driver_fails_and_a_rerun_recovers(engine):
     assert "journalctl" in failure_text(result)
     restored = play(PLAY, engine.inventory_dir)
     assert restored.ok, failure_text(restored)
+
+
+def _probes(result) -> dict[str, dict]:
+    return {e["event_data"]["host"]: e["event_data"]["res"] for e in events(result)
+            if e.get("event") == "runner_on_ok"
+            and "Probe whether the engine" in e["event_data"].get("task", "")}
+
+
+def test_a_node_changed_by_hand_is_found_by_the_probe_and_converged_again(engine):
+    """The no-op skips the role's tasks on its probe (a3rl_state): a settings file edited
+    on one node and the engine stopped on the other must still be repaired."""
+    first, second = (n.container for n in engine.members())
+    before = podman.exec_(first, "cat", "/etc/docker/daemon.json").stdout
+    podman.exec_(second, "sh", "-c", "echo '{}' > /etc/docker/daemon.json")
+    podman.exec_(first, "systemctl", "stop", "docker.socket", "docker")
+    result = play(PLAY, engine.inventory_dir)
+    assert result.ok, failure_text(result)
+    probes = _probes(result)
+    assert any("/etc/docker/daemon.json" in r for r in probes["node2"]["reasons"]), probes
+    assert any("docker" in r and "active" in r for r in probes["node1"]["reasons"]), probes
+    assert all(result.stats["changed"].get(h, 0) > 0 for h in ("node1", "node2")), result.stats
+    assert podman.exec_(second, "cat", "/etc/docker/daemon.json").stdout == before
+    assert podman.exec_(first, "systemctl", "is-active", "docker").stdout.strip() == "active"
+    again = play(PLAY, engine.inventory_dir)
+    assert again.ok and again.changed == 0, again.stats
+    assert all(p["converged"] for p in _probes(again).values()), _probes(again)
+    # Every task again when asked: the same result, through the role's own tasks.
+    full = play(PLAY, engine.inventory_dir, extravars={"a3rl_skip_converged": False})
+    assert full.ok and full.changed == 0, full.stats
+    assert sum(full.stats["ok"].values()) > sum(again.stats["ok"].values())
