@@ -81,8 +81,7 @@ def main():
                 module.exit_json(changed=False, recorded=False)
             module.exit_json(changed=False, recorded=True,
                              **record(path, p["key"], p["inputs"], p["watch"]))
-        module.exit_json(changed=False, **probe(path, p["key"], p["inputs"], p["watch"],
-                                                keep=module.check_mode))
+        module.exit_json(changed=False, **probe(path, p["key"], p["inputs"], p["watch"]))
     except StateError as e:
         module.fail_json(msg=f"a3rl_state ({p['role']}): {e}")
     except OSError as e:

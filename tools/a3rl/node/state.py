@@ -21,8 +21,10 @@ The next run's probe observes the same items again. The role is converged on the
 only when a stamp exists, its key is the one of this run's inputs and every observation
 equals the recorded one; anything else (no stamp, a changed input, a file edited or
 removed, a unit stopped, a container replaced) says why, and the role's tasks run in
-full. A probe that finds the node not converged removes the stamp first, so that a run
-that then fails part-way cannot leave a stamp that a later probe would trust.
+full. The probe only reads: a run refused for bad input changes nothing on the node, its
+stamp included. A stamp left by an earlier run is never trusted blindly: a later run that
+failed part-way either changed a watched item (so the probe sees it) or left the node as
+the stamp recorded it, converged.
 """
 
 from __future__ import annotations
@@ -199,22 +201,10 @@ def write_stamp(path: str, key: str, inputs: dict[str, str], seen: dict[str, Any
     os.replace(tmp, path)
 
 
-def remove_stamp(path: str) -> bool:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return False
-    return True
-
-
-def probe(path: str, key: str, inputs: dict[str, str], watch: dict[str, list],
-          keep: bool = False) -> dict[str, Any]:
-    """Converged or not, with the reasons; a stale stamp goes unless ``keep`` (check mode)."""
+def probe(path: str, key: str, inputs: dict[str, str], watch: dict[str, list]) -> dict[str, Any]:
+    """Converged or not, with the reasons. Reads only."""
     reasons = differences(read_stamp(path), key, inputs, observe(watch))
-    removed = False
-    if reasons and not keep:
-        removed = remove_stamp(path)
-    return {"converged": not reasons, "reasons": reasons, "stamp_removed": removed}
+    return {"converged": not reasons, "reasons": reasons}
 
 
 def record(path: str, key: str, inputs: dict[str, str], watch: dict[str, list]) -> dict[str, Any]:
