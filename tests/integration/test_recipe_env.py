@@ -24,7 +24,7 @@ def test_damaged_env_scripts_and_ports_are_repaired_by_a_rerun(sim):
     ports = sh(node2, f"cat {PORTS}")
     assert "64021-64052" in ports
     # The kernel value alone (the sysctl file still says it) and one script's content.
-    sh(node2, f"echo 1 > {PORTS}")
+    sh(node2, f"echo > {PORTS}")
     sh(node1, f"echo 'export MASTER_ADDR=10.0.0.1' >> {script}")
     repaired = play(ENV, sim.inventory_dir)
     assert repaired.ok, failure_text(repaired)
