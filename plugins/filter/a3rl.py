@@ -51,6 +51,14 @@ def plan_job(hostvars_like, algo, model, weights, features, nodes, npus_per_node
         raise AnsibleFilterError(str(e)) from None
 
 
+def dataset_digests(specs, names, record):
+    """a3rl.dataset_store.digests (imported here: it needs pyarrow, which only the data
+    role's probe uses)."""
+    from a3rl import dataset_store
+
+    return dataset_store.digests(specs, names, record)
+
+
 def recipe_drift(hostvars_like, record, store):
     """a3rl.drift.store_report: where the stored recipe differs from the project."""
     from a3rl.paths import project_root
@@ -103,6 +111,9 @@ class FilterModule:
             "a3rl_status_report": status.report,
             "a3rl_artifact_problems": manifest.artifact_problems,
             "a3rl_node_files": _clear_errors(manifest.node_files),
+            "a3rl_store_state": manifest.store_state,
+            "a3rl_placed_paths": manifest.placed_paths,
+            "a3rl_dataset_digests": dataset_digests,
             "a3rl_artifact_file": _clear_errors(manifest.artifact_file),
             "a3rl_git_checkout_spec": _clear_errors(manifest.git_checkout_spec),
             "a3rl_bundle_spec": manifest.bundle_spec,

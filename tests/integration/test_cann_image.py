@@ -151,6 +151,22 @@ def test_training_container_recreated_only_when_its_spec_changes(site):
     assert train_inspect(node)["Id"] == third
 
 
+
+def test_training_container_brought_back_where_it_was_removed(site):
+    """The role's probe sees the container gone on one node: the next run brings it back
+    there, leaves the other node's as it was, and the run after changes nothing."""
+    node1, node2 = (n.container for n in site.members())
+    kept = train_inspect(node1)["Id"]
+    podman.exec_(node2, "docker", "rm", "-f", "a3rl-train")
+    result = play(CONTAINER_PLAY, site.inventory_dir)
+    assert result.ok, failure_text(result)
+    assert result.stats["changed"].get("node1", 0) == 0
+    assert result.stats["changed"]["node2"] > 0
+    assert train_inspect(node2)["State"]["Running"]
+    assert train_inspect(node1)["Id"] == kept
+    again = play(CONTAINER_PLAY, site.inventory_dir)
+    assert again.ok and again.changed == 0, again.stats
+
 def _have(container: str, ref: str) -> str:
     return podman.exec_(container, "docker", "image", "inspect", "-f", "{{.Id}}", ref,
                         check=False).stdout.strip()

@@ -139,6 +139,36 @@ def test_second_run_and_check_mode_change_nothing(staged):
         assert check.ok and check.changed == 0, (playbook, failure_text(check))
 
 
+def test_damage_on_one_node_or_in_the_store_is_repaired_by_a_rerun(staged):
+    """The data and weights roles skip their tasks only when their probe finds everything
+    as the last run left it: a placed file removed or edited on one node, a stamp gone, a
+    reward function edited, or a converted file gone from the controller's store each make
+    the next run repair it; the run after that changes nothing."""
+    node2 = staged.members()[1].container
+    rec = record(staged)
+    model = next(f for f in rec["qwen3_32b"]["files"] if f["path"].endswith("config.json"))
+    reward = f"{WORKDIR}/a3rl_rewards/deepscaler.py"
+    good_reward = sh(node2, f"sha256sum {reward}").split()[0]
+    sh(node2, f"rm {ASSETS}/{PARQUETS[5]} {ASSETS}/.a3rl/stamps/{PARQUETS[0]}.sha256"
+              f" && echo '# edited' >> {reward} && echo ' ' >> {ASSETS}/{model['path']}")
+    (staged.state / "store" / PARQUETS[3]).unlink()
+    for playbook in (DATA, WEIGHTS):
+        repaired = play(playbook, staged.inventory_dir)
+        assert repaired.ok, failure_text(repaired)
+        assert repaired.stats["changed"].get("node2", 0) > 0, (playbook, repaired.stats)
+    rec = record(staged)
+    assert (staged.state / "store" / PARQUETS[3]).is_file()
+    files = [f for name in ("dataset:gsm8k", "dataset:aime_2024", "qwen3_32b")
+             for f in rec[name]["files"]]
+    for f in files:
+        assert sh(node2, f"sha256sum {ASSETS}/{f['path']}").split()[0] == f["sha256"], f
+    assert sh(node2, f"sha256sum {reward}").split()[0] == good_reward
+    assert sh(node2, f"test -f {ASSETS}/.a3rl/stamps/{PARQUETS[0]}.sha256 && echo ok") == "ok\n"
+    for playbook in (DATA, WEIGHTS):
+        again = play(playbook, staged.inventory_dir)
+        assert again.ok and again.changed == 0, (playbook, again.stats.get("changed"))
+
+
 def test_malformed_dataset_is_refused_naming_row_and_column(staged, tmp_path):
     import pyarrow as pa
 

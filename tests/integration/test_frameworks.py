@@ -385,3 +385,26 @@ def test_a_stager_node_fetches_and_the_controller_gets_its_store(staged, tmp_pat
         assert again.ok and again.changed == 0, again.stats.get("changed")
     finally:
         sh(stager, f"rm -rf /var/cache/a3rl/stager-test {up.root.parent}", check=False)
+
+
+def test_hand_edits_on_one_node_rerun_the_role_and_a_no_op_skips_it(staged):
+    """The probe's watch list (roles/frameworks/vars/main.yml): a hand edit to a checkout
+    and to a tracked file of the working directory on node2 runs the role again, which
+    repairs both; the run after it finds every node converged and stages nothing."""
+    node2 = staged.members()[1].container
+    tracked = f"{WORKDIR}/verl/trainer/config/actor/actor.yaml"
+    src = "/data/a3rl/src/megatron"
+    state = f"sha256sum {tracked}; git -C {src} status --porcelain; git -C {src} rev-parse HEAD"
+    before = sh(node2, state)
+    first = sh(node2, f"git -C {src} ls-files | head -1").strip()
+    sh(node2, f"echo hand-edit >> {tracked}; echo hand-edit >> {src}/{first}")
+    result = play(PLAY, staged.inventory_dir)
+    assert result.ok, failure_text(result)
+    assert result.stats["changed"]["node2"] > 0
+    assert sh(node2, state) == before
+    again = play(PLAY, staged.inventory_dir)
+    assert again.ok and again.changed == 0, again.stats.get("changed")
+    ran = {e["event_data"].get("task", "") for e in events(again)
+           if e.get("event") in ("runner_on_ok", "runner_on_skipped")}
+    assert any(t.startswith("Frameworks | Probe whether") for t in ran), sorted(ran)
+    assert not any(t.startswith("Frameworks | Check out each source") for t in ran), sorted(ran)

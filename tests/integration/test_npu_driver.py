@@ -15,9 +15,11 @@ import pytest
 from a3rl.sim import cluster, podman
 from a3rl.sim.standins import build_driver_run, build_firmware_run
 
-from .conftest import failure_text, installer_runs, kinds_in_order, play, provision
+from .conftest import events, failure_text, installer_runs, kinds_in_order, play, provision
 
 PLAY = "playbooks/npu_driver.yml"
+PLAN_PLAY = "NPU driver | Decide what every node needs, refusing a downgrade before any change"
+STEADY_PLAY = "NPU driver | Check the nodes that need no change"
 
 
 def installed(node: cluster.Node, kind: str = "driver") -> str:
@@ -75,6 +77,12 @@ def test_fresh_install_then_idempotent(provisioned):
             "HwHiAiUser"
     again = play(PLAY, provisioned.inventory_dir)
     assert again.ok and again.changed == 0, again.stats
+    # Nothing to install and no reboot to do: the roll ran no task; every node was still
+    # checked (device nodes, then npu-smi, deferred here while the reboot is pending).
+    ran = {(e["event_data"].get("play"), e["event_data"]["host"]) for e in events(again)
+           if e["event"].startswith("runner_on_") and e["event_data"].get("role") == "npu_driver"}
+    assert {p for p, _ in ran} == {PLAN_PLAY, STEADY_PLAY}, ran
+    assert {h for p, h in ran if p == STEADY_PLAY} == {"node1", "node2"}
 
 
 def _old(pkg_sha: tuple[Path, str], **extra) -> dict:

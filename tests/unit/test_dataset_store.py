@@ -4,6 +4,7 @@ artifact once, recorded like any artifact, redone only when an input changes."""
 from __future__ import annotations
 
 import json
+import os
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -95,3 +96,39 @@ def test_two_datasets_may_not_write_the_same_file(store):
     dataset_store.ensure(str(store), "aime_2024", SPEC)
     with pytest.raises(dataset_store.DatasetError, match="already the output of dataset:aime"):
         dataset_store.ensure(str(store), "aime_again", SPEC)
+
+
+def test_probe_inputs_follow_the_store_and_the_converter(store, monkeypatch):
+    """What the data role's probe digests (manifest.store_state, dataset_store.digests):
+    the same on a re-run, changed by a store file touched or removed on the controller and
+    by a new converter, as ensure() would notice each."""
+    from a3rl import datasets, manifest
+
+    dataset_store.ensure(str(store), "aime_2024", SPEC)
+    record = artifacts.read_manifest(str(store))
+    names = ["aime_raw", "dataset:aime_2024", "dataset:none"]
+    state = manifest.store_state(record, names, str(store))
+    assert state["dataset:none"] is None
+    assert state == manifest.store_state(record, names, str(store))
+    key = dataset_store.digests({"aime_2024": SPEC}, ["aime_2024"], record)
+    assert key == {"aime_2024": record["artifacts"]["dataset:aime_2024"]["spec_digest"]}
+    assert dataset_store.digests({"x": {**SPEC, "source": "gone"}}, ["x"], record) == {"x": None}
+    monkeypatch.setattr(datasets, "CONVERTER_VERSION", "another")
+    assert dataset_store.digests({"aime_2024": SPEC}, ["aime_2024"], record) != key
+    out = store / "data/dapo_math/aime-2024.parquet"
+    os.utime(out, ns=(1, 1))
+    assert manifest.store_state(record, names, str(store)) != state
+    out.unlink()
+    seen = manifest.store_state(record, names, str(store))["dataset:aime_2024"]["seen"]
+    assert seen == [["data/dapo_math/aime-2024.parquet", None, None]]
+
+
+def test_placed_paths_name_each_file_and_its_stamp(store):
+    from a3rl import manifest
+
+    dataset_store.ensure(str(store), "aime_2024", SPEC)
+    record = artifacts.read_manifest(str(store))
+    assert manifest.placed_paths(record, ["dataset:aime_2024", "missing"], "/data/a3rl/",
+                                 "/data/a3rl/.a3rl/stamps") == [
+        "/data/a3rl/data/dapo_math/aime-2024.parquet",
+        "/data/a3rl/.a3rl/stamps/data/dapo_math/aime-2024.parquet.sha256"]

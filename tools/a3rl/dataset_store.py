@@ -147,3 +147,18 @@ def ensure(store: str, name: str, spec: dict[str, Any], check: bool = False) -> 
         manifest["artifacts"][key] = entry
         artifacts.write_manifest(store, manifest)
         return {"changed": True, "action": "prepared", "reason": why, "entry": entry}
+
+
+def digests(specs: dict[str, dict[str, Any]], names: list[str],
+            record: dict[str, Any]) -> dict[str, str | None]:
+    """The key ``ensure`` compares each named dataset's record with (``digest``: raw files,
+    converter, format, parameters), from a store record already read; ``None`` while the
+    raw artifact is not in the store. A converged-role probe's input: a new converter or
+    pyarrow changes it even where the project's roles did not change."""
+    artifacts_ = record.get("artifacts", {})
+    out: dict[str, str | None] = {}
+    for name in names:
+        spec = specs[name]
+        source = artifacts_.get(spec.get("source", ""))
+        out[name] = digest(spec, source) if source is not None else None
+    return out

@@ -3,6 +3,7 @@ they are well formed, and where a role finds an artifact's file."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from a3rl.node import artifacts
@@ -98,3 +99,40 @@ def bundle_spec(spec: dict[str, Any], store: str, bundle: str) -> dict[str, Any]
 def checksum_lines(record: dict[str, Any], names: list[str] | None = None) -> str:
     """``sha256sum -c`` input for the files of ``names`` in a store record."""
     return artifacts.checksum_lines(record, names)
+
+
+def store_state(record: dict[str, Any], names: list[str], store: str) -> dict[str, Any]:
+    """What the store's no-op check reads of ``names``, for a converged-role probe's inputs
+    (plugins/action/a3rl_state.py): each entry as recorded, and each of its files' size and
+    mtime on the controller now (artifacts.intact compares those, re-hashing only when they
+    differ). A file removed, cut short or touched in the store changes this; a missing entry
+    is ``None``."""
+    state: dict[str, Any] = {}
+    for name in dict.fromkeys(names):
+        entry = record.get("artifacts", {}).get(name)
+        if entry is None:
+            state[name] = None
+            continue
+        seen = []
+        for f in entry.get("files", []):
+            try:
+                st = os.stat(os.path.join(store, f["path"]))
+            except OSError:
+                seen.append([f["path"], None, None])
+            else:
+                seen.append([f["path"], st.st_size, st.st_mtime_ns])
+        state[name] = {"entry": entry, "seen": seen}
+    return state
+
+
+def placed_paths(record: dict[str, Any], names: list[str], node_dir: str,
+                 stamp_dir: str) -> list[str]:
+    """Where a node holds the files of ``names`` (those in the store record) and the
+    stamps that mark them verified (a3rl_artifact_files: ``<stamp_dir>/<path>.sha256``):
+    what a converged-role probe watches of an artifact placement."""
+    paths: list[str] = []
+    for name in dict.fromkeys(names):
+        for f in record.get("artifacts", {}).get(name, {}).get("files", []):
+            paths.append(f"{node_dir.rstrip('/')}/{f['path']}")
+            paths.append(f"{stamp_dir.rstrip('/')}/{f['path']}.sha256")
+    return paths
