@@ -84,7 +84,8 @@ def observe_git(path: str) -> dict[str, Any]:
     if not os.path.isdir(path):
         return {"type": "absent"}
     rc, head = _run(["git", "-C", path, "rev-parse", "--verify", "--quiet", "HEAD"])
-    rc2, status = _run(["git", "-C", path, "status", "--porcelain", "--untracked-files=all"])
+    rc2, status = _run(["git", "--no-optional-locks", "-C", path, "status", "--porcelain",
+                       "--untracked-files=all"])
     return {"head": head.decode(errors="replace").strip() if rc == 0 else None,
             "status": _sha(status) if rc2 == 0 else f"rc {rc2}"}
 
