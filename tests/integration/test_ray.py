@@ -188,6 +188,28 @@ def test_firewall_can_be_left_to_the_site(ray_up):
     assert rules.rstrip().endswith("-A A3RL-RAY -j DROP")
 
 
+def test_an_edited_start_script_and_a_moved_jump_are_repaired(ray_up):
+    """What the converged-role probe watches on a worker (roles/ray_cluster/vars/main.yml):
+    an edited start script and a jump no longer first in INPUT each make the next run
+    converge again; it puts both back and restarts that worker's Ray on the script, and
+    the run after it changes nothing."""
+    head, worker = ray_up.members()[0], ray_up.members()[1]
+    script = "/usr/local/lib/a3rl/ray-node"
+    podman.exec_(worker.container, "sh", "-c", f"echo '# edited' >> {script}")
+    podman.exec_(worker.container, "iptables", "-I", "INPUT", "1", "-p", "udp", "-j", "ACCEPT")
+    old = alive(head)[worker.ip]["start_time_ms"]
+    fixed = play("playbooks/ray.yml", ray_up.inventory_dir)
+    assert fixed.ok, failure_text(fixed)
+    assert fixed.changed >= 3, fixed.stats["changed"]  # script, firewall, restart
+    edited = podman.exec_(worker.container, "grep", "-c", "# edited", script, check=False)
+    assert edited.stdout.strip() == "0"
+    rules = podman.exec_(worker.container, "iptables", "-S", "INPUT").stdout.splitlines()
+    assert rules[1] == "-A INPUT -j A3RL-RAY", rules
+    assert npu_total(head) == 32 and alive(head)[worker.ip]["start_time_ms"] > old
+    again = play("playbooks/ray.yml", ray_up.inventory_dir)
+    assert again.ok and again.changed == 0, again.stats["changed"]
+
+
 # Connects to every port given at once (3 s each) and prints {port: "open" | error name}.
 PROBE = """
 import json, socket, sys
