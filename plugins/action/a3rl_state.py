@@ -51,7 +51,7 @@ LEFT_OUT = {"hostvars", "omit", "role_path", "role_name", "playbook_dir", "inven
             "inventory_file", "play_hosts", "vars", "environment", "item", "lookup",
             "query", "q", "range", "dict", "lipsum", "cycler", "joiner", "namespace", "now",
             "undef", "zip", "true", "false", "none", "True", "False", "None", "loop",
-            "ansible_loop", "role_names", "ansible_role_names", "groups_names"}
+            "ansible_loop", "role_names", "ansible_role_names"}
 SECRET = re.compile(r"token|password|passwd|secret|passphrase", re.I)
 # Timing and call details of registered results: never inputs.
 VOLATILE = {"start", "end", "delta", "invocation", "attempts", "_ansible_no_log"}
