@@ -851,3 +851,28 @@ def test_a_submodule_url_cannot_climb_above_the_root():
         artifacts.resolve_relative_url("/repo.git", "../sub.git")
     with pytest.raises(artifacts.ArtifactError, match="cannot resolve submodule URL"):
         artifacts.resolve_relative_url("https://host/a.git", "../../b.git")
+
+
+# ------------------------------------------------------ a3rl_artifact_files through Ansible
+
+
+def test_artifact_files_names_the_missing_tools(tmp_path):
+    """transfer.yml asks the package manager for rsync only when this list names it: a
+    command on PATH is not listed, one that is not there is (the run itself goes through
+    ansible, as on a node)."""
+    repo = Path(__file__).resolve().parents[2]
+    assert (repo / ".venv/bin/ansible").exists(), "no .venv/bin/ansible: run make venv"
+    absent = "a3rl-test-no-such-command"
+    assert shutil.which(absent) is None
+    proc = subprocess.run(
+        [str(repo / ".venv/bin/ansible"), "localhost", "-m", "a3rl_artifact_files",
+         "-M", "roles/artifact_store/library", "-a",
+         json.dumps({"root": str(tmp_path), "files": [], "tools": ["sh", absent]})],
+        cwd=repo, capture_output=True, text=True,
+        env=dict(os.environ, ANSIBLE_CONFIG=str(repo / "ansible.cfg"),
+                 ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+                 ANSIBLE_LOCALHOST_WARNING="0"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    assert result["missing_tools"] == [absent]
+    assert (result["needed"], result["verified"]) == ([], [])

@@ -41,6 +41,14 @@ options:
     description: The inventory name, for the messages.
     type: str
     default: ""
+  tools:
+    description: Commands the transfer needs on the node; those not on C(PATH) are
+      returned in I(missing_tools), so that the caller installs a package only when its
+      command is missing (one module call fewer per node and transfer than asking the
+      package manager every time).
+    type: list
+    elements: str
+    default: []
 """
 
 EXAMPLES = r"""
@@ -81,9 +89,14 @@ free_bytes:
   description: Free bytes under root.
   type: int
   returned: always
+missing_tools:
+  description: The I(tools) not found on C(PATH).
+  type: list
+  returned: always
 """
 
 import os
+import shutil
 
 from ansible.module_utils.a3rl_stage import StageError, check_files
 from ansible.module_utils.basic import AnsibleModule
@@ -98,6 +111,7 @@ def main():
             "stamp_root": {"type": "path"},
             "reader": {"type": "bool", "default": False},
             "host": {"type": "str", "default": ""},
+            "tools": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -114,6 +128,7 @@ def main():
         path = os.path.join(p["root"], rel)
         if os.path.isfile(path) and 0 < os.path.getsize(path) < sizes[rel]:
             result["partial"][rel] = os.path.getsize(path)
+    result["missing_tools"] = [t for t in p["tools"] if shutil.which(t) is None]
     module.exit_json(**result)
 
 
