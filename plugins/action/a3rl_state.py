@@ -265,6 +265,8 @@ class ActionModule(ActionBase):
                        "watch": args.get("watch") or {}}
         if args.get("dir"):
             module_args["dir"] = args["dir"]
+        if args.get("tools"):
+            module_args["tools"] = args["tools"]
         result.update(self._execute_module(module_name="a3rl_state", module_args=module_args,
                                            task_vars=task_vars))
         result.pop("invocation", None)  # the digests say nothing to a reader

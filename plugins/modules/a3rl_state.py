@@ -44,6 +44,14 @@ options:
     description: Folder of the stamps.
     type: path
     default: /var/lib/a3rl/state
+  tools:
+    description:
+      - Commands the role's tasks need on the node. Those not on C(PATH) are returned in
+        C(missing_tools), so the role asks the package manager only for them (a package
+        task per node and run costs a module run that reads the package cache).
+    type: list
+    elements: str
+    default: []
 """
 
 RETURN = r"""
@@ -55,7 +63,13 @@ reasons:
   description: Why the role is not converged on this node.
   type: list
   returned: mode probe
+missing_tools:
+  description: The commands of C(tools) that are not on C(PATH), in the order given.
+  type: list
+  returned: always
 """
+
+import shutil
 
 from ansible.module_utils.a3rl_state import StateError, probe, record, stamp_path
 from ansible.module_utils.basic import AnsibleModule
@@ -70,18 +84,21 @@ def main():
             "inputs": {"type": "dict", "default": {}},
             "watch": {"type": "dict", "default": {}},
             "dir": {"type": "path", "default": "/var/lib/a3rl/state"},
+            "tools": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
     p = module.params
+    missing = [t for t in p["tools"] if shutil.which(t) is None]
     try:
         path = stamp_path(p["dir"], p["role"])
         if p["mode"] == "record":
             if module.check_mode:
-                module.exit_json(changed=False, recorded=False)
-            module.exit_json(changed=False, recorded=True,
+                module.exit_json(changed=False, recorded=False, missing_tools=missing)
+            module.exit_json(changed=False, recorded=True, missing_tools=missing,
                              **record(path, p["key"], p["inputs"], p["watch"]))
-        module.exit_json(changed=False, **probe(path, p["key"], p["inputs"], p["watch"]))
+        module.exit_json(changed=False, missing_tools=missing,
+                         **probe(path, p["key"], p["inputs"], p["watch"]))
     except StateError as e:
         module.fail_json(msg=f"a3rl_state ({p['role']}): {e}")
     except OSError as e:

@@ -1,12 +1,18 @@
-"""Recorded runs for the CLI's unit tests (tests/unit/fixtures/runs/, see its README)."""
+"""Recorded runs for the CLI's unit tests (tests/unit/fixtures/runs/, see its README), and
+one module run through Ansible on localhost."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+REPO = Path(__file__).resolve().parents[2]
 
 FIXTURE_RUNS = Path(__file__).parent / "fixtures" / "runs"
 # fixture -> the play record inside it
@@ -30,3 +36,20 @@ def recorded(tmp_path: Path) -> Callable[[str], Path]:
         return runs / RECORDED[name]
 
     return unpack
+
+
+def run_module(module: str, args: dict, module_path: str | None = None) -> dict:
+    """``module`` with ``args`` on localhost through the project's ``ansible`` and
+    ``ansible.cfg`` (its action plugins included, as on a node): the host's result."""
+    ansible = REPO / ".venv/bin/ansible"
+    assert ansible.exists(), "no .venv/bin/ansible: run make venv"
+    cmd = [str(ansible), "localhost", "-m", module, "-a", json.dumps(args)]
+    if module_path:
+        cmd += ["-M", module_path]
+    proc = subprocess.run(
+        cmd, cwd=REPO, capture_output=True, text=True,
+        env=dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+                 ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+                 ANSIBLE_LOCALHOST_WARNING="0"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]

@@ -18,6 +18,8 @@ from a3rl import manifest
 from a3rl.node import artifacts, patch_series, stage
 from a3rl.sim import upstreams
 
+from .conftest import run_module
+
 IDENT = {
     "GIT_AUTHOR_NAME": "t",
     "GIT_AUTHOR_EMAIL": "t@t",
@@ -860,19 +862,10 @@ def test_artifact_files_names_the_missing_tools(tmp_path):
     """transfer.yml asks the package manager for rsync only when this list names it: a
     command on PATH is not listed, one that is not there is (the run itself goes through
     ansible, as on a node)."""
-    repo = Path(__file__).resolve().parents[2]
-    assert (repo / ".venv/bin/ansible").exists(), "no .venv/bin/ansible: run make venv"
     absent = "a3rl-test-no-such-command"
     assert shutil.which(absent) is None
-    proc = subprocess.run(
-        [str(repo / ".venv/bin/ansible"), "localhost", "-m", "a3rl_artifact_files",
-         "-M", "roles/artifact_store/library", "-a",
-         json.dumps({"root": str(tmp_path), "files": [], "tools": ["sh", absent]})],
-        cwd=repo, capture_output=True, text=True,
-        env=dict(os.environ, ANSIBLE_CONFIG=str(repo / "ansible.cfg"),
-                 ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-                 ANSIBLE_LOCALHOST_WARNING="0"))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    result = run_module("a3rl_artifact_files",
+                        {"root": str(tmp_path), "files": [], "tools": ["sh", absent]},
+                        module_path="roles/artifact_store/library")
     assert result["missing_tools"] == [absent]
     assert (result["needed"], result["verified"]) == ([], [])

@@ -12,6 +12,8 @@ import pytest
 from a3rl.node import state
 from a3rl.paths import project_root
 
+from .conftest import run_module
+
 ROOT = project_root()
 
 
@@ -143,3 +145,19 @@ def test_secret_inputs_are_keyed_digests():
     assert act.digest("s3cret", b"k" * 32) != act.digest("s3cret", b"j" * 32)
     # timing fields of registered results never change a digest
     assert act.digest({"rc": 0, "start": "1", "delta": "2"}) == act.digest({"rc": 0, "start": "3"})
+
+
+def test_the_probe_names_the_missing_tools_and_the_record_too(tmp_path):
+    """Ray's firewall and the frameworks role ask the package manager for iptables and
+    git only when the probe names them: through the action and the module (Ansible on
+    localhost), a command on PATH is not listed, one that is not there is, in both modes;
+    a record in a real run writes its stamp."""
+    absent = "a3rl-test-no-such-command"
+    args = {"role": "container_engine", "dir": str(tmp_path), "tools": ["sh", absent]}
+    probed = run_module("a3rl_state", args)
+    assert probed["missing_tools"] == [absent]
+    assert probed["converged"] is False
+    recorded = run_module("a3rl_state", {**args, "mode": "record"})
+    assert recorded["missing_tools"] == [absent] and recorded["recorded"] is True
+    assert (tmp_path / "container_engine.json").is_file()
+    assert run_module("a3rl_state", {**args, "tools": []})["missing_tools"] == []
