@@ -45,13 +45,18 @@ def _ready(sim) -> bool:
                              "all_reduce_test", check=False)
         if probe.returncode != 0:
             return False
-    return True
+    # The training test submits a job: the head's job API must answer. A module before this
+    # one on the worker's cluster (test_npu_driver's rolls) can leave Ray stopped.
+    api = podman.exec_(sim.members()[0].container, "curl", "-sf", "-m", "5",
+                       "http://127.0.0.1:8260/api/jobs/", check=False)
+    return api.returncode == 0
 
 
 @pytest.fixture(scope="module")
 def net(sim):
     """A provisioned cluster (site.yml only when a node lacks the driver or the training
-    container), whose planned device addresses are all in place."""
+    container, or the head's job API does not answer), whose planned device addresses are
+    all in place."""
     if not _ready(sim):
         provision(sim)
     result = play(PLAY, sim.inventory_dir)
