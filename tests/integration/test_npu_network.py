@@ -37,7 +37,8 @@ def _log(result) -> str:
 
 
 def _ready(sim) -> bool:
-    """Driver (hccn_tool) and the training container with the HCCL test on every node."""
+    """Driver (hccn_tool) and the training container with the HCCL test on every node,
+    and the head's job API answering."""
     for n in sim.members():
         probe = podman.exec_(n.container, "sh", "-c",
                              f"test -x {TOOL} && docker exec a3rl-train test -x "
