@@ -38,11 +38,11 @@ unit: venv
 	$(BIN)/pytest -q tests/unit
 
 integration: venv host-deps
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 tests/integration
+	A3RL_TEST_PREBUILD=1 $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 tests/integration
 
 test: venv host-deps
 	$(MAKE) --no-print-directory lint
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 tests/unit tests/integration
+	A3RL_TEST_PREBUILD=1 $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 tests/unit tests/integration
 
 bench: venv host-deps
 	$(BIN)/python bench/run.py

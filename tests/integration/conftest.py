@@ -6,6 +6,7 @@ import fnmatch
 import json
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,7 +46,9 @@ PROVISION_STRATEGY = os.environ.get("A3RL_TEST_PROVISION_STRATEGY", strategy.MIT
 # first, so that it finds its worker's cluster bare and needs no cluster of its own (and
 # the module after it on that worker starts from its converged nodes); then the longest
 # first, so that the short ones fill in around them at the end (single-worker times from
-# CI, 2026-12-02). Unit tests come last: they are short and fill in too.
+# CI, 2026-12-02). The unit tests come right after test_site: on a fresh machine the
+# other workers' first cluster waits for the node image and the CANN stand-in to be
+# built (network and disk, 2-3 min), and the unit tests use the CPU meanwhile.
 _ORDER = ("test_site", "test_ray", "test_faults", "test_frameworks", "test_day2",
           "test_data_weights", "test_cann_image", "test_npu_driver", "test_train",
           "test_bad_input", "test_npu_network", "test_check_mode", "test_sim_lifecycle",
@@ -62,10 +65,9 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if "/integration/" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
-    # Stable: unranked integration modules keep their order, after the ranked ones, and
-    # unit tests keep theirs, after every integration module.
-    items.sort(key=lambda i: len(_ORDER) + 1 if "/integration/" not in str(i.fspath)
-               else _rank(i))
+    # Stable: unit tests keep their order, between test_site and the other modules;
+    # unranked integration modules keep theirs, after the ranked ones.
+    items.sort(key=lambda i: 0.5 if "/integration/" not in str(i.fspath) else _rank(i))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -255,9 +257,23 @@ def snapshot(sim: cluster.Cluster) -> dict[str, object]:
     return state
 
 
-def mark(sim: cluster.Cluster) -> dict[str, object]:
-    """Take the 'before' snapshot. It also touches /run/a3rl-test-marker on every node,
-    for tests that ask what is newer than the start of the case."""
-    for node in sim.members():
-        podman.exec_(node.container, "sh", "-c", "touch /run/a3rl-test-marker && sleep 0.01")
-    return snapshot(sim)
+def mark(sim: cluster.Cluster, settle: float = 3.0, attempts: int = 5) -> dict[str, object]:
+    """Take the 'before' snapshot once the nodes are quiet. It also touches
+    /run/a3rl-test-marker on every node, for tests that ask what is newer than the start
+    of the case. A node still settling from what ran before (a training container that a
+    module's last play has just recreated writes its first files for a few seconds) would
+    fail every comparison after it: the snapshot is taken again ``settle`` seconds later
+    until two agree, and a node that never settles fails here, naming what moved."""
+    for _ in range(attempts):
+        for node in sim.members():
+            podman.exec_(node.container, "sh", "-c",
+                         "touch /run/a3rl-test-marker && sleep 0.01")
+        before = snapshot(sim)
+        time.sleep(settle)
+        again = snapshot(sim)
+        if again == before:
+            return before
+    moved = {h: sorted(set(again[h][0]) ^ set(before[h][0]))[:10]
+             for h in before if again.get(h) != before[h]}
+    raise AssertionError(f"the nodes did not settle in {attempts} tries {settle:.0f} s "
+                         f"apart: {moved}")

@@ -366,6 +366,24 @@ def up(
     return cluster
 
 
+def build_images(log: Callable[[str], None] = print) -> list[cann.CannArchive]:
+    """Build (once per content) every training image a cluster or a test may load: the
+    CANN image stand-in, its real-verl layer (``up(trainer="verl")``) and its Ray 2.60
+    layer (the token-authentication tests), with the node image they build on. Each
+    build takes its own lock, so a ``up`` that needs one meanwhile waits for it instead
+    of building it twice; what is already built is reused. The real-verl layer's wheels
+    come first: they need only the network, not the images.
+
+    ``make test`` starts this beside the tests (``tests/conftest.py``), so that the
+    layers a fresh machine lacks are built while the first modules run, not inside the
+    module that needs them. The Ray layer (about a minute) comes before the real-verl
+    layer (about five): test_ray, which needs it, starts before test_train."""
+    verl_image.wheels(log)
+    base = cann.ensure_archive(ensure_image(ImageSpec(), log), log)
+    ray = cann.ray_layer(base, cann.RAY_TOKEN_REQUIREMENTS, log)
+    return [base, ray, verl_image.ensure_archive(base, log)]
+
+
 def _remove_containers(cluster: Cluster, attempts: int = 3) -> None:
     """Remove the cluster's containers. podman 4.3 can fail a `rm -f` whose SIGKILL meets
     a container that stopped meanwhile ("container state improper: stopped"); the

@@ -61,15 +61,19 @@ def wheels(log: Callable[[str], None] = print) -> Path:
     out = machine_cache_dir() / "sim-verl-wheels"
     out.mkdir(parents=True, exist_ok=True)
     stamp = out / (hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()[:16] + ".done")
-    if stamp.is_file():
-        return out
-    log(f"fetching the real-verl layer's wheels into {out}")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out),
-         "-r", str(REQUIREMENTS)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"pip wheel for the real-verl layer failed: {proc.stderr[-2000:]}")
-    stamp.write_text("")
+    # One pip at a time writes the folder (cluster.build_images fetches beside the tests).
+    with open(out.parent / "sim-verl-wheels.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stamp.is_file():
+            return out
+        log(f"fetching the real-verl layer's wheels into {out}")
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out),
+             "-r", str(REQUIREMENTS)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"pip wheel for the real-verl layer failed: {proc.stderr[-2000:]}")
+        stamp.write_text("")
     return out
 
 
