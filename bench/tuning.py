@@ -14,6 +14,11 @@ so each row isolates one choice:
 * ``gathering-smart``: facts gathered once per host and then read from the fact cache
 * ``mitogen``: Mitogen for Ansible's ``mitogen_linear`` strategy (the opt-in
   ``A3RL_STRATEGY=mitogen``, :mod:`a3rl.strategy`): one interpreter per node for the run
+* ``poll-0.001``: Ansible's default ``internal_poll_interval`` (0.001 s; the project sets
+  0.01). Ansible reads it only from a config file, so this variant runs with a copy of
+  the project's ansible.cfg (``.cache/bench-tuning/``, its relative paths made absolute).
+  The main process checks for finished tasks this often while it waits: the setting
+  shows in the controller's CPU seconds more than in the wall time
 
     .venv/bin/python bench/tuning.py [--nodes 4] [--runs 2] [--variants ...]
 """
@@ -21,10 +26,13 @@ so each row isolates one choice:
 from __future__ import annotations
 
 import argparse
+import configparser
 import resource
 import statistics
+from pathlib import Path
 
 from a3rl import strategy
+from a3rl.paths import cache_dir, project_root
 from a3rl.runner import run_play
 from a3rl.sim import cluster
 
@@ -39,13 +47,50 @@ VARIANTS: dict[str, dict[str, str]] = {
     "gathering-smart": {"ANSIBLE_GATHERING": "smart"},
     "mitogen": strategy.env(strategy.MITOGEN),
 }
+# Variants of a setting that has no environment variable: (section, key, value) in a copy
+# of ansible.cfg.
+CONFIG_VARIANTS: dict[str, tuple[str, str, str]] = {
+    "poll-0.001": ("defaults", "internal_poll_interval", "0.001"),
+}
+# The settings of ansible.cfg that name files or folders Ansible finds relative to the
+# file's folder (fact_caching_connection is relative to the current directory, as in the
+# original). tests/unit/test_bench_tuning.py checks that a copy resolves to the same.
+PATH_KEYS = {"roles_path", "filter_plugins", "callback_plugins", "library", "action_plugins",
+             "module_utils", "local_tmp", "control_path_dir"}
+
+
+def config_with(section: str, key: str, value: str, root: Path | None = None) -> Path:
+    """A copy of the project's ansible.cfg with one setting changed, for a setting that
+    has no environment variable. It is written under .cache/, so its relative paths are
+    made absolute (the copy must find the same roles and plugins)."""
+    root = root or project_root()
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.optionxform = str
+    cfg.read(root / "ansible.cfg")
+    for sec in cfg.sections():
+        for k in PATH_KEYS & set(cfg[sec]):
+            cfg[sec][k] = ":".join(str(root / p) if not p.startswith("/") else p
+                                   for p in cfg[sec][k].split(":"))
+    cfg[section][key] = value
+    out = cache_dir() / "bench-tuning" / f"{section}.{key}={value}.cfg"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w") as f:
+        cfg.write(f)
+    return out
+
+
+def variant_env(name: str) -> dict[str, str]:
+    if name in CONFIG_VARIANTS:
+        return {"ANSIBLE_CONFIG": str(config_with(*CONFIG_VARIANTS[name]))}
+    return dict(VARIANTS[name])
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=4)
     ap.add_argument("--runs", type=int, default=2)
-    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS) + list(CONFIG_VARIANTS),
+                    choices=list(VARIANTS) + list(CONFIG_VARIANTS))
     ap.add_argument("--keep", action="store_true", help="leave the cluster up afterwards")
     a = ap.parse_args()
     variants = ["project"] + [v for v in a.variants if v != "project"]
@@ -63,7 +108,7 @@ def main() -> int:
         for _ in range(a.runs):
             for v in [v for v in variants if v not in failed]:
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
-                r = run_play("site.yml", c.inventory_dir, quiet=True, extra_env=VARIANTS[v])
+                r = run_play("site.yml", c.inventory_dir, quiet=True, extra_env=variant_env(v))
                 after = resource.getrusage(resource.RUSAGE_CHILDREN)
                 if r.changed:
                     raise SystemExit(f"{v}: site.yml was not a no-op "
