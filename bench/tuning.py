@@ -14,6 +14,9 @@ so each row isolates one choice:
 * ``gathering-smart``: facts gathered once per host and then read from the fact cache
 * ``mitogen``: Mitogen for Ansible's ``mitogen_linear`` strategy (the opt-in
   ``A3RL_STRATEGY=mitogen``, :mod:`a3rl.strategy`): one interpreter per node for the run
+* ``no-gc-freeze``: without the ``a3rl_gc_freeze`` callback (the main process's heap is
+  not frozen at the play's start, so every forked worker copies the pages its garbage
+  collector touches)
 * ``poll-0.001``: Ansible's default ``internal_poll_interval`` (0.001 s; the project sets
   0.01). Ansible reads it only from a config file, so this variant runs with a copy of
   the project's ansible.cfg (``.cache/bench-tuning/``, its relative paths made absolute).
@@ -46,6 +49,7 @@ VARIANTS: dict[str, dict[str, str]] = {
     "strategy-free": {"ANSIBLE_STRATEGY": "free"},
     "gathering-smart": {"ANSIBLE_GATHERING": "smart"},
     "mitogen": strategy.env(strategy.MITOGEN),
+    "no-gc-freeze": {"ANSIBLE_CALLBACKS_ENABLED": "a3rl_progress"},
 }
 # Variants of a setting that has no environment variable: (section, key, value) in a copy
 # of ansible.cfg.
