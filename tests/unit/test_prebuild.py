@@ -1,6 +1,6 @@
 """The images built beside the tests (tests/prebuild.py): what the last line of the run
-says when the build is done, failed or could not start, and that it builds in the
-controller's own cache folder, not in the tests' time."""
+says when the build is done, failed, could not start or is still running, and that its
+log is written to the cache folder."""
 
 from __future__ import annotations
 
