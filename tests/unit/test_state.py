@@ -94,6 +94,33 @@ def test_a_command_whose_output_changes_is_a_change(node, tmp_path):
     assert state.probe(str(path), "k", {}, watch)["reasons"] == [f"command cat {f}: output changed"]
 
 
+def test_without_a_stamp_of_these_inputs_nothing_is_observed(node, tmp_path):
+    """No stamp, or a stamp of other inputs: the role runs in full, so the probe runs none of
+    the watched commands (they can cost seconds); with the stamp's key it runs them all."""
+    path, _managed, _ = node
+    ran = tmp_path / "ran"
+    watch = {"commands": [["sh", "-c", f"echo x >> {ran}"]]}
+    assert not state.probe(str(path), "k1", {}, watch)["converged"]
+    assert not ran.exists()
+    state.record(str(path), "k1", {}, watch)
+    assert ran.read_text() == "x\n"
+    got = state.probe(str(path), "k2", {}, watch)
+    assert got == {"converged": False, "reasons": ["inputs changed: the key"]}
+    assert ran.read_text() == "x\n"
+    # With the key of the stamp the commands run (their output, none, is as recorded).
+    assert state.probe(str(path), "k1", {}, watch) == {"converged": True, "reasons": []}
+    assert ran.read_text() == "x\nx\n"
+
+
+def test_bad_watch_lists_are_refused_by_a_probe_that_observes_nothing(node):
+    path, _managed, _ = node
+    for bad, message in (({"packages": ["x"]}, "unknown watch kind"),
+                         ({"commands": ["cat /etc/hosts"]}, "argv list"),
+                         ({"files": "/etc/hosts"}, "must be a list")):
+        with pytest.raises(state.StateError, match=message):
+            state.probe(str(path), "k1", {}, bad)
+
+
 def test_bad_watch_lists_are_refused(node):
     path, _managed, _ = node
     with pytest.raises(state.StateError, match="unknown watch kind"):

@@ -131,22 +131,30 @@ def _item_name(kind: str, item: Any) -> str:
     return " ".join(str(a) for a in item) if kind == "commands" else str(item)
 
 
-def observe(watch: dict[str, list]) -> dict[str, dict[str, Any]]:
-    """What the node holds now of every watched item, by kind and item."""
+def check_watch(watch: dict[str, list]) -> None:
+    """Refuse a malformed watch list (StateError naming the entry); observes nothing."""
     unknown = set(watch) - set(KINDS)
     if unknown:
         raise StateError(f"unknown watch kind(s) {sorted(unknown)}; known: {', '.join(KINDS)}")
+    for kind in KINDS:
+        items = watch.get(kind) or []
+        if not isinstance(items, list):
+            raise StateError(f"watch.{kind} must be a list, got {type(items).__name__}")
+        if kind == "commands":
+            for item in items:
+                if not (isinstance(item, list) and item):
+                    raise StateError(f"watch.commands: each entry is an argv list, got {item!r}")
+
+
+def observe(watch: dict[str, list]) -> dict[str, dict[str, Any]]:
+    """What the node holds now of every watched item, by kind and item."""
+    check_watch(watch)
     fns = {"files": observe_file, "git": observe_git, "units": observe_unit,
            "containers": observe_container, "images": observe_image,
            "engine": observe_engine, "commands": observe_command}
     seen: dict[str, dict[str, Any]] = {}
     for kind in KINDS:
-        items = watch.get(kind) or []
-        if not isinstance(items, list):
-            raise StateError(f"watch.{kind} must be a list, got {type(items).__name__}")
-        for item in items:
-            if kind == "commands" and not (isinstance(item, list) and item):
-                raise StateError(f"watch.commands: each entry is an argv list, got {item!r}")
+        for item in watch.get(kind) or []:
             seen.setdefault(kind, {})[_item_name(kind, item)] = fns[kind](item)
     return seen
 
@@ -203,8 +211,17 @@ def write_stamp(path: str, key: str, inputs: dict[str, str], seen: dict[str, Any
 
 
 def probe(path: str, key: str, inputs: dict[str, str], watch: dict[str, list]) -> dict[str, Any]:
-    """Converged or not, with the reasons. Reads only."""
-    reasons = differences(read_stamp(path), key, inputs, observe(watch))
+    """Converged or not, with the reasons. Reads only.
+
+    Without a stamp, or with a stamp of other inputs, the role runs in full whatever the
+    node holds, and the reasons name only the stamp or the inputs: the watched items are
+    then not observed (their commands can cost seconds: ``docker exec``, ``pip freeze``,
+    ``git status`` of large trees), though the watch list is still checked."""
+    recorded = read_stamp(path)
+    if recorded is None or recorded.get("key") != key:
+        check_watch(watch)
+        return {"converged": False, "reasons": differences(recorded, key, inputs, {})}
+    reasons = differences(recorded, key, inputs, observe(watch))
     return {"converged": not reasons, "reasons": reasons}
 
 
