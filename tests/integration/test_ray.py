@@ -4,7 +4,8 @@ with a Ray that has token auth a job without the token is refused.
 
 Order matters within this module (one cluster, states built on each other); the token
 test runs last and leaves the nodes on the Ray 2.60 stand-in image, which the next
-site.yml (test_site) puts back.
+module's provisioning site.yml on this worker's cluster puts back (about 210 s under a
+loaded make test, bench/README.md).
 """
 
 from __future__ import annotations
