@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import os
 import shutil
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -44,19 +44,26 @@ PROVISION_STRATEGY = os.environ.get("A3RL_TEST_PROVISION_STRATEGY", strategy.MIT
 # The order modules start in (the Makefile passes --no-loadscope-reorder: by default
 # pytest-xdist reorders --dist loadfile's modules by their number of tests). test_site
 # first, so that it finds its worker's cluster bare and needs no cluster of its own (and
-# the module after it on that worker starts from its converged nodes); then the longest
-# first, so that the short ones fill in around them at the end (single-worker times from
-# CI, 2026-12-02). The unit tests come right after test_site: on a fresh machine the
-# other workers' first cluster waits for the node image and the CANN stand-in to be
-# built (network and disk, 2-3 min), and the unit tests use the CPU meanwhile.
-_ORDER = ("test_site", "test_ray", "test_faults", "test_frameworks", "test_day2",
-          "test_data_weights", "test_cann_image", "test_npu_driver", "test_train",
-          "test_bad_input", "test_npu_network", "test_check_mode", "test_sim_lifecycle",
+# the module after it on that worker starts from its converged nodes). test_bad_input
+# second, on the next worker's cluster while it is still bare: its cases need no
+# provisioned nodes, and each takes a snapshot of every node, which lists 60,000 files
+# once the training image is loaded (1.6 s for 2 nodes on an idle machine, 0.9 s bare);
+# that worker's first provisioning then starts after the other workers' first ones, not
+# beside them. Then the unit tests (UNIT): on a fresh machine the third worker's first
+# cluster waits for the node image and the CANN stand-in to be built (network and disk,
+# 2-3 min), and the unit tests use the CPU meanwhile. Then the longest first, so that the
+# short ones fill in around them at the end (single-worker times from CI, 2026-12-02).
+UNIT = "unit"
+_ORDER = ("test_site", "test_bad_input", UNIT, "test_ray", "test_faults", "test_frameworks",
+          "test_day2", "test_data_weights", "test_cann_image", "test_npu_driver",
+          "test_train", "test_npu_network", "test_check_mode", "test_sim_lifecycle",
           "test_ray_host_mode", "test_container_engine", "test_fanout", "test_snapshot",
           "test_cli")
 
 
 def _rank(item) -> int:
+    if "/integration/" not in str(item.fspath):
+        return _ORDER.index(UNIT)
     stem = Path(str(item.fspath)).stem
     return _ORDER.index(stem) if stem in _ORDER else len(_ORDER)
 
@@ -65,9 +72,9 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if "/integration/" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
-    # Stable: unit tests keep their order, between test_site and the other modules;
-    # unranked integration modules keep theirs, after the ranked ones.
-    items.sort(key=lambda i: 0.5 if "/integration/" not in str(i.fspath) else _rank(i))
+    # Stable: unit tests keep their order, at UNIT; unranked integration modules keep
+    # theirs, after the ranked ones.
+    items.sort(key=_rank)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -193,23 +200,28 @@ _FORMAT = r"%p\t%y %m %U:%G %s %T@ %C@ %l\n"
 
 def _listing_script() -> str:
     prune = " -o ".join(f"-path '{p}'" for p in SNAPSHOT_NOISE)
+    busy = " -o ".join(f"-path '{p}'" for p in SNAPSHOT_BUSY_DIRS)
     roots = " ".join(SNAPSHOT_ROOTS)
     hashed = " ".join(SNAPSHOT_HASHED)
     # set -e and no redirection of stderr: a find or sha256sum that cannot read a
-    # directory or a file exits non-zero, and the snapshot fails with its message.
+    # directory or a file exits non-zero, and the snapshot fails with its message. The
+    # busy folders are descended into and printed as `busy`, without their times. The
+    # device nodes come last, from the same exec (one podman exec per node: a podman
+    # client costs about as much CPU as the listing itself).
     return (
         "set -eu\n"
-        f"find {roots} -xdev \\( {prune} \\) -prune -o -printf '{_FORMAT}'\n"
+        f"find {roots} -xdev \\( {prune} \\) -prune -o \\( {busy} \\) -printf '%p\\tbusy\\n' "
+        f"-o -printf '{_FORMAT}'\n"
         f"if [ -e {SNAPSHOT_RUN} ]; then find {SNAPSHOT_RUN} -printf '{_FORMAT}'; fi\n"
         "echo '#sha256'\n"
         f"find {hashed} -xdev -type f -size -1025k -print0 | xargs -0r sha256sum\n"
+        "echo '#dev'\n"
+        "ls /dev\n"
     )
 
 
-def node_files(container: str) -> list[str]:
-    """One line per file, folder and link on the node's filesystems (``SNAPSHOT_ROOTS``):
-    ``path<TAB>type mode uid:gid size mtime ctime [link target] [sha256]``. Fails when
-    the node cannot be read, or the listing is empty or lacks a root."""
+def _node_listing(container: str) -> tuple[list[str], list[str]]:
+    """The node's files (see :func:`node_files`) and the names in its /dev."""
     for attempt in (1, 2):
         res = podman.exec_(container, "sh", "-c", _listing_script(), check=False)
         errors = res.stderr.strip().splitlines()
@@ -221,7 +233,8 @@ def node_files(container: str) -> list[str]:
     if res.returncode != 0:
         raise AssertionError(f"{container}: the snapshot could not read the node "
                              f"(rc {res.returncode}): {res.stderr.strip()[-2000:]}")
-    listing, _, sums = res.stdout.partition("#sha256\n")
+    listing, _, rest = res.stdout.partition("#sha256\n")
+    sums, _, dev = rest.partition("#dev\n")
     digests = {}
     for line in sums.splitlines():
         digest, _, path = line.partition("  ")
@@ -236,24 +249,36 @@ def node_files(container: str) -> list[str]:
         raise AssertionError(f"{container}: the snapshot's listing is not whole: "
                              f"{len(files)} entries, roots missing {missing}, hashed but not "
                              f"listed {sorted(digests)[:5]}")
-    busy = [f for f in files
-            if any(fnmatch.fnmatchcase(f.split("\t", 1)[0], d) for d in SNAPSHOT_BUSY_DIRS)]
-    return sorted(set(files) - set(busy))
+    return sorted(set(f for f in files if not f.endswith("\tbusy"))), sorted(dev.split())
+
+
+def node_files(container: str) -> list[str]:
+    """One line per file, folder and link on the node's filesystems (``SNAPSHOT_ROOTS``):
+    ``path<TAB>type mode uid:gid size mtime ctime [link target] [sha256]``; the busy
+    folders themselves (``SNAPSHOT_BUSY_DIRS``) are left out, not their entries. Fails when
+    the node cannot be read, or the listing is empty or lacks a root."""
+    return _node_listing(container)[0]
 
 
 def snapshot(sim: cluster.Cluster) -> dict[str, object]:
     """What a play could change on the nodes, per host: every file, folder and link on
     the node's filesystems with its type, mode, owner, size, mtime and ctime (and the
     sha256 of the small files under /etc), the device nodes, and the node container's
-    start time. Noise (``SNAPSHOT_NOISE``) is left out. Fails when a node cannot be read."""
+    start time. Noise (``SNAPSHOT_NOISE``) is left out. Fails when a node cannot be read.
+    The nodes are read at the same time, one podman exec each."""
+    members = sim.members()
+    with ThreadPoolExecutor(max_workers=len(members)) as pool:
+        listings = list(pool.map(lambda n: _node_listing(n.container), members))
+    started = podman.run(["inspect", "-f", "{{.State.StartedAt}}",
+                          *(n.container for n in members)]).stdout.splitlines()
+    if len(started) != len(members):
+        raise AssertionError(f"podman inspect gave {len(started)} start times for "
+                             f"{len(members)} nodes: {started}")
     state: dict[str, object] = {}
-    for node in sim.members():
-        files = node_files(node.container)
-        devices = podman.exec_(node.container, "ls", "/dev").stdout.split()
+    for node, (files, devices), when in zip(members, listings, started, strict=True):
         if not devices:
             raise AssertionError(f"{node.container}: /dev lists nothing")
-        started = podman.run(["inspect", "-f", "{{.State.StartedAt}}", node.container]).stdout
-        state[node.hostname] = (files, sorted(devices), started.strip())
+        state[node.hostname] = (files, devices, when.strip())
     return state
 
 
