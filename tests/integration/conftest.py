@@ -44,26 +44,19 @@ PROVISION_STRATEGY = os.environ.get("A3RL_TEST_PROVISION_STRATEGY", strategy.MIT
 # The order modules start in (the Makefile passes --no-loadscope-reorder: by default
 # pytest-xdist reorders --dist loadfile's modules by their number of tests). test_site
 # first, so that it finds its worker's cluster bare and needs no cluster of its own (and
-# the module after it on that worker starts from its converged nodes). test_bad_input
-# second, on the next worker's cluster while it is still bare: its cases need no
-# provisioned nodes, and each takes a snapshot of every node, which lists 60,000 files
-# once the training image is loaded (1.6 s for 2 nodes on an idle machine, 0.9 s bare);
-# that worker's first provisioning then starts after the other workers' first ones, not
-# beside them. Then the unit tests (UNIT): on a fresh machine the third worker's first
-# cluster waits for the node image and the CANN stand-in to be built (network and disk,
-# 2-3 min), and the unit tests use the CPU meanwhile. Then the longest first, so that the
-# short ones fill in around them at the end (single-worker times from CI, 2026-12-02).
-UNIT = "unit"
-_ORDER = ("test_site", "test_bad_input", UNIT, "test_ray", "test_faults", "test_frameworks",
-          "test_day2", "test_data_weights", "test_cann_image", "test_npu_driver",
-          "test_train", "test_npu_network", "test_check_mode", "test_sim_lifecycle",
+# the module after it on that worker starts from its converged nodes); then the longest
+# first, so that the short ones fill in around them at the end (single-worker times from
+# CI, 2026-12-02). The unit tests come right after test_site: on a fresh machine the
+# other workers' first cluster waits for the node image and the CANN stand-in to be
+# built (network and disk, 2-3 min), and the unit tests use the CPU meanwhile.
+_ORDER = ("test_site", "test_ray", "test_faults", "test_frameworks", "test_day2",
+          "test_data_weights", "test_cann_image", "test_npu_driver", "test_train",
+          "test_bad_input", "test_npu_network", "test_check_mode", "test_sim_lifecycle",
           "test_ray_host_mode", "test_container_engine", "test_fanout", "test_snapshot",
           "test_cli")
 
 
 def _rank(item) -> int:
-    if "/integration/" not in str(item.fspath):
-        return _ORDER.index(UNIT)
     stem = Path(str(item.fspath)).stem
     return _ORDER.index(stem) if stem in _ORDER else len(_ORDER)
 
@@ -72,9 +65,9 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if "/integration/" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
-    # Stable: unit tests keep their order, at UNIT; unranked integration modules keep
-    # theirs, after the ranked ones.
-    items.sort(key=_rank)
+    # Stable: unit tests keep their order, between test_site and the other modules;
+    # unranked integration modules keep theirs, after the ranked ones.
+    items.sort(key=lambda i: 0.5 if "/integration/" not in str(i.fspath) else _rank(i))
 
 
 @pytest.fixture(scope="module", autouse=True)
