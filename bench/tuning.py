@@ -17,6 +17,11 @@ so each row isolates one choice:
 * ``no-gc-freeze``: without the ``a3rl_gc_freeze`` callback (the main process's heap is
   not frozen at the play's start, so every forked worker copies the pages its garbage
   collector touches)
+* ``no-preload``: without the ``a3rl_preload`` callback (every forked worker that uses one
+  of the project's filters, or its action plugin, imports it and the a3rl modules behind it)
+* ``no-template-cache``: without the ``a3rl_template_cache`` callback (every worker compiles
+  each template string it renders from source; with it, the folder the earlier runs
+  filled is reused, as in any run after the first)
 * ``poll-0.001``: Ansible's default ``internal_poll_interval`` (0.001 s; the project sets
   0.01). Ansible reads it only from a config file, so this variant runs with a copy of
   the project's ansible.cfg (``.cache/bench-tuning/``, its relative paths made absolute).
@@ -49,8 +54,10 @@ VARIANTS: dict[str, dict[str, str]] = {
     "strategy-free": {"ANSIBLE_STRATEGY": "free"},
     "gathering-smart": {"ANSIBLE_GATHERING": "smart"},
     "mitogen": strategy.env(strategy.MITOGEN),
-    "no-gc-freeze": {"ANSIBLE_CALLBACKS_ENABLED": "a3rl_progress"},
 }
+# Each of the project's own speed callbacks left out in turn (the others stay enabled).
+SPEED_CALLBACKS = ("a3rl_gc_freeze", "a3rl_preload", "a3rl_template_cache")
+
 # Variants of a setting that has no environment variable: (section, key, value) in a copy
 # of ansible.cfg.
 CONFIG_VARIANTS: dict[str, tuple[str, str, str]] = {
@@ -81,6 +88,18 @@ def config_with(section: str, key: str, value: str, root: Path | None = None) ->
     with open(out, "w") as f:
         cfg.write(f)
     return out
+
+
+def enabled_callbacks(root: Path | None = None) -> list[str]:
+    """ansible.cfg's callbacks_enabled, in its order."""
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read((root or project_root()) / "ansible.cfg")
+    return [c.strip() for c in cfg["defaults"]["callbacks_enabled"].split(",") if c.strip()]
+
+
+for _cb in SPEED_CALLBACKS:
+    VARIANTS["no-" + _cb.removeprefix("a3rl_").replace("_", "-")] = {
+        "ANSIBLE_CALLBACKS_ENABLED": ", ".join(c for c in enabled_callbacks() if c != _cb)}
 
 
 def variant_env(name: str) -> dict[str, str]:

@@ -41,3 +41,13 @@ def test_a_copy_changes_only_its_setting():
 
 def test_every_variant_is_known_once():
     assert not set(tuning.VARIANTS) & set(tuning.CONFIG_VARIANTS)
+
+
+def test_each_speed_callback_variant_leaves_out_only_its_callback():
+    enabled = tuning.enabled_callbacks()
+    for cb in tuning.SPEED_CALLBACKS:
+        assert cb in enabled
+        name = "no-" + cb.removeprefix("a3rl_").replace("_", "-")
+        left = tuning.VARIANTS[name]["ANSIBLE_CALLBACKS_ENABLED"].split(", ")
+        assert left == [c for c in enabled if c != cb]
+    assert {"no-gc-freeze", "no-preload", "no-template-cache"} <= set(tuning.VARIANTS)
