@@ -36,7 +36,11 @@ def conf_path() -> Path:
     path = sim_dir() / "containers.conf"
     if not path.is_file() or path.read_text() != CONTAINERS_CONF:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(CONTAINERS_CONF)
+        # Whole or not at all: `make test` starts an image build and the tests' podman
+        # calls side by side, and a reader must never see half a file.
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(CONTAINERS_CONF)
+        tmp.replace(path)
     return path
 
 
