@@ -102,7 +102,7 @@ def test_probe_inputs_follow_the_store_and_the_converter(store, monkeypatch):
     """What the data role's probe digests (manifest.store_state, dataset_store.digests):
     the same on a re-run, changed by a store file touched or removed on the controller and
     by a new converter, as ensure() would notice each."""
-    from a3rl import datasets, manifest
+    from a3rl import converter_version, manifest
 
     dataset_store.ensure(str(store), "aime_2024", SPEC)
     record = artifacts.read_manifest(str(store))
@@ -113,7 +113,7 @@ def test_probe_inputs_follow_the_store_and_the_converter(store, monkeypatch):
     key = dataset_store.digests({"aime_2024": SPEC}, ["aime_2024"], record)
     assert key == {"aime_2024": record["artifacts"]["dataset:aime_2024"]["spec_digest"]}
     assert dataset_store.digests({"x": {**SPEC, "source": "gone"}}, ["x"], record) == {"x": None}
-    monkeypatch.setattr(datasets, "CONVERTER_VERSION", "another")
+    monkeypatch.setattr(converter_version, "CONVERTER_VERSION", "another")
     assert dataset_store.digests({"aime_2024": SPEC}, ["aime_2024"], record) != key
     out = store / "data/dapo_math/aime-2024.parquet"
     os.utime(out, ns=(1, 1))
@@ -132,3 +132,26 @@ def test_placed_paths_name_each_file_and_its_stamp(store):
                                  "/data/a3rl/.a3rl/stamps") == [
         "/data/a3rl/data/dapo_math/aime-2024.parquet",
         "/data/a3rl/.a3rl/stamps/data/dapo_math/aime-2024.parquet.sha256"]
+
+
+def test_the_probe_key_is_computed_without_importing_pyarrow(tmp_path):
+    """digests() runs in Ansible's forked workers (the a3rl_dataset_digests filter): it
+    must not import pyarrow (a3rl.converter_version), yet gives the key ensure() records."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, json\n"
+        "from a3rl import dataset_store\n"
+        "spec = json.loads(sys.argv[1])\n"
+        "record = {'artifacts': {'raw': {'files': [{'path': 'a', 'sha256': 'b'}]}}}\n"
+        "print(dataset_store.digests({'x': spec}, ['x'], record)['x'])\n"
+        "print('pyarrow' in sys.modules)\n"
+    )
+    spec = {**SPEC, "source": "raw"}
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(spec)],
+                          capture_output=True, text=True, check=True)
+    key, imported = proc.stdout.split()
+    assert imported == "False"
+    record = {"artifacts": {"raw": {"files": [{"path": "a", "sha256": "b"}]}}}
+    assert key == dataset_store.digest(spec, record["artifacts"]["raw"])

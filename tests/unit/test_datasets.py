@@ -221,6 +221,8 @@ def test_a_rerun_gives_the_same_bytes_and_leaves_the_file_alone(raw, prepared, t
         b"ARROW:schema"
     }
     assert datasets.output_fingerprint().startswith(datasets.CONVERTER_VERSION + "+pyarrow-")
+    # Read from pyarrow's metadata (a3rl.converter_version), it is what pyarrow reports.
+    assert datasets.output_fingerprint() == f"{datasets.CONVERTER_VERSION}+pyarrow-{pa.__version__}"
 
 
 def test_summary_reports_rows_sources_and_digest(prepared):

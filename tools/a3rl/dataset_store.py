@@ -4,7 +4,7 @@ The data stage runs this on the controller. A prepared dataset is recorded in th
 store's ``manifest.json`` like any artifact (name ``dataset:<name>``, every file with
 its sha256 and size), so the nodes get it through the same verified distribution. Its
 record is keyed on what defines the output: the raw files' sha256, the converter
-(``a3rl.datasets.output_fingerprint``), the format and its parameters. A re-run with all
+(``a3rl.converter_version.output_fingerprint``), the format and its parameters. A re-run with all
 of those unchanged and the outputs intact converts nothing; a converted file reaches
 the store only after it passed the schema check. Flawed raw items a converter dropped
 are in the record (``dropped``: count, of, positions, reasons).
@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from a3rl import datasets
+from a3rl import converter_version
 from a3rl.node import artifacts
 
 
@@ -49,7 +49,7 @@ def _raw_dir(store: str, source: dict[str, Any]) -> str:
 def digest(spec: dict[str, Any], source: dict[str, Any]) -> str:
     key = {
         # The converter's version and pyarrow's (the parquet bytes carry it).
-        "converter": datasets.output_fingerprint(),
+        "converter": converter_version.output_fingerprint(),
         "format": spec["format"],
         "dest": spec["dest"],
         "params": spec.get("params") or {},
@@ -65,6 +65,10 @@ def ensure(store: str, name: str, spec: dict[str, Any], check: bool = False) -> 
     (folder in the store and on the nodes), ``params``. Returns ``{"changed", "action":
     present|prepared|would_prepare, "entry"}``.
     """
+    # Here, not at the top: it imports pyarrow, which ``digests`` (rendered in Ansible's
+    # workers) must not pay for (a3rl.converter_version).
+    from a3rl import datasets
+
     fmt = spec.get("format")
     if fmt not in datasets.RAW_FORMATS:
         raise DatasetError(
@@ -138,7 +142,7 @@ def ensure(store: str, name: str, spec: dict[str, Any], check: bool = False) -> 
             "group": "data",
             "source": spec["source"],
             "format": fmt,
-            "converter": datasets.CONVERTER_VERSION,
+            "converter": converter_version.CONVERTER_VERSION,
             "files": files,
         }
         if dropped["count"]:

@@ -60,9 +60,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from a3rl.converter_version import CONVERTER_VERSION, output_fingerprint  # noqa: F401
 from a3rl.files import sha256_file
-
-CONVERTER_VERSION = "1"
 
 DEEPSCALER_INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
 GSM8K_INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
@@ -137,11 +136,6 @@ RAW_FORMATS: dict[str, RawFormat] = {
         description="{question, answer '... #### 72'}; converted as verl's gsm8k.py does",
     ),
 }
-
-
-def output_fingerprint() -> str:
-    """What the output bytes depend on besides the input: key caches on this."""
-    return f"{CONVERTER_VERSION}+pyarrow-{pa.__version__}"
 
 
 # --------------------------------------------------------------------------- prepare
