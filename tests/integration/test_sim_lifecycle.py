@@ -98,3 +98,22 @@ def test_up_replaces_a_stale_cluster_of_another_size():
         main(["sim", "down", "--name", NAME])
     leftovers = podman.run(["ps", "-a", "--format", "json"]).stdout
     assert f"a3rl-{NAME}" not in json.dumps(json.loads(leftovers or "[]"))
+
+
+def test_exec_answers_as_podman_exec_does(sim):
+    """podman.exec_ joins a node's namespaces with nsenter instead of running `podman
+    exec` (about 0.3 ms of CPU against 85): the same output, exit codes and environment,
+    and podman's 125 for a node that is not there. (After a node restarts it finds the
+    node's new init: test_up_status_reuse_down reads the devices right after a restart.)"""
+    node = sim.members()[0].container
+    for cmd in (["hostname"],
+                ["sh", "-c", "echo $PATH $HOME $container $HOSTNAME $TERM; pwd; id -u; exit 3"],
+                ["no-such-command"],
+                ["ip", "-o", "-4", "addr", "show"],
+                ["systemctl", "is-active", "ssh"],
+                ["cat", "/proc/1/comm"]):
+        want = podman.run(["exec", node, *cmd], check=False)
+        got = podman.exec_(node, *cmd, check=False)
+        assert (got.returncode, got.stdout) == (want.returncode, want.stdout), cmd
+    assert podman.exec_(f"{node}-absent", "true", check=False).returncode == 125
+
