@@ -146,7 +146,7 @@ def _target(name: str) -> tuple[int, dict[str, str]] | subprocess.CompletedProce
         pid, cid, start, env_ = cached
         if _start_ticks(pid) == start and _in_container(pid, cid):
             return pid, env_
-        del _targets[name]
+        _targets.pop(name, None)  # the snapshots read their nodes from threads
     proc = run(["inspect", "-f", "{{.State.Pid}} {{.Id}} {{json .Config.Env}}", name],
                check=False)
     if proc.returncode != 0:
