@@ -365,3 +365,65 @@ def test_logical_gpus_and_custom_resources_for_the_simulators_real_verl() -> Non
     assert "--num-gpus" not in plain and plain[plain.index("--resources") + 1] == '{"NPU":16}'
     with pytest.raises(ValueError, match="cannot set NPU"):
         ray.start_args(False, "a", "b", PORTS, 16, extra_resources={"NPU": 1})
+
+
+# What a leftover of an earlier start looks like to `ray stop` (Ray 2.48's RAY_PROCESSES):
+# a process named raylet or ray::<task>, or one whose command line runs a Ray script.
+_LEFTOVERS = {
+    "nothing": None,
+    "a raylet": "comm:raylet",
+    "a Ray worker process": "comm:ray::IDLE",
+    "a dashboard agent": "args:/opt/ray/lib/python3.11/site-packages/ray/dashboard/agent.py",
+    "a log monitor": "args:/opt/ray/lib/python3.11/site-packages/ray/_private/log_monitor.py",
+}
+
+
+@pytest.mark.parametrize("leftover", list(_LEFTOVERS))
+def test_the_start_script_stops_an_earlier_ray_only_when_one_is_left(tmp_path, leftover):
+    """ray-node's start runs `ray stop --force` (a Ray import, about a CPU-second) only when
+    pgrep finds a process it would kill. Run in a PID namespace of its own, so that the
+    machine's other Ray clusters (the simulator's nodes) are not seen; the script's own
+    shell, whose command line holds the patterns, must not count as a leftover."""
+    import os
+    import shlex
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import jinja2
+
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.fail("this test needs unshare (util-linux) and root for a PID namespace")
+    root = Path(__file__).resolve().parents[2]
+    env = jinja2.Environment(keep_trailing_newline=True)
+    env.filters["comment"] = lambda text: "# " + text
+    env.filters["quote"] = shlex.quote
+    calls = tmp_path / "calls"
+    ray_stub = tmp_path / "ray"
+    ray_stub.write_text(f'#!/bin/bash\necho "$1" >> {calls}\n')
+    ray_stub.chmod(0o755)
+    env_dir = tmp_path / "env"
+    env_dir.mkdir()
+    (env_dir / "cluster_env.sh").write_text("")
+    script = tmp_path / "ray-node"
+    script.write_text(env.from_string(
+        (root / "roles/ray_cluster/templates/usr/local/lib/a3rl/ray-node.j2").read_text()
+    ).render(ansible_managed="managed", ray_cluster_is_head=True, ray_cluster_mode="host",
+             ray_cluster_container="unused", a3rl_env_dir=str(env_dir),
+             ray_cluster_ray_command=str(ray_stub), ray_cluster_pre_start_command="",
+             ray_cluster_start_args=["--head"]))
+    decoy = ""
+    kind, _, value = (_LEFTOVERS[leftover] or "").partition(":")
+    if kind == "comm":
+        decoy = (f"{sys.executable} -c \"import time; open('/proc/self/comm', 'w')"
+                 f".write('{value}'); time.sleep(60)\" &\n")
+    elif kind == "args":
+        decoy = f"{sys.executable} -c 'import time; time.sleep(60)' {value} &\n"
+    driver = tmp_path / "driver.sh"
+    driver.write_text(f"{decoy}sleep 0.5\nbash {script} start\nkill %1 2>/dev/null; true\n")
+    proc = subprocess.run(["unshare", "--fork", "--pid", "--mount-proc", "bash", str(driver)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    expected = ["start"] if kind == "" else ["stop", "start"]
+    assert calls.read_text().split() == expected, proc.stderr
