@@ -181,16 +181,30 @@ def test_join_timeout_names_the_node_that_did_not_join(ray_up):
     assert npu_total(head) == 32
 
 
+def _ray_after(node: cluster.Node) -> list[str]:
+    """What systemd orders the node's Ray unit after, as loaded now."""
+    out = podman.exec_(node.container, "systemctl", "show", "-p", "After", "a3rl-ray.service")
+    return out.stdout.strip().removeprefix("After=").split()
+
+
 def test_firewall_can_be_left_to_the_site(ray_up):
+    """Switched off and on again, the firewall goes and comes back, and Ray runs on through
+    both: the ordering is a drop-in (a3rl-ray.service.d/a3rl-firewall.conf), so Ray's own
+    unit does not change."""
     head = ray_up.members()[0]
+    started = {ip: n["start_time_ms"] for ip, n in alive(head).items()}
+    assert "a3rl-ray-firewall.service" in _ray_after(head)
     off = play("playbooks/ray.yml", ray_up.inventory_dir, extravars={"ray_cluster_firewall": False})
     assert off.ok, failure_text(off)
     chains = podman.exec_(head.container, "iptables", "-S").stdout
     assert "A3RL-RAY" not in chains
+    assert "a3rl-ray-firewall.service" not in _ray_after(head)
     on = play("playbooks/ray.yml", ray_up.inventory_dir)
     assert on.ok, failure_text(on)
     assert "-A INPUT -j A3RL-RAY" in podman.exec_(head.container, "iptables", "-S").stdout
+    assert "a3rl-ray-firewall.service" in _ray_after(head)
     assert npu_total(head) == 32
+    assert {ip: n["start_time_ms"] for ip, n in alive(head).items()} == started
     # A rule lost since (a flushed chain) is put back by the next run.
     podman.exec_(head.container, "iptables", "-F", "A3RL-RAY")
     again = play("playbooks/ray.yml", ray_up.inventory_dir)
