@@ -413,15 +413,19 @@ def test_the_start_script_stops_an_earlier_ray_only_when_one_is_left(tmp_path, l
              ray_cluster_container="unused", a3rl_env_dir=str(env_dir),
              ray_cluster_ray_command=str(ray_stub), ray_cluster_pre_start_command="",
              ray_cluster_start_args=["--head"]))
-    decoy = ""
+    # The decoy says when it is what it stands for (a loaded machine may take a while to
+    # start a Python); the script runs only then.
+    ready = tmp_path / "ready"
     kind, _, value = (_LEFTOVERS[leftover] or "").partition(":")
-    if kind == "comm":
-        decoy = (f"{sys.executable} -c \"import time; open('/proc/self/comm', 'w')"
-                 f".write('{value}'); time.sleep(60)\" &\n")
-    elif kind == "args":
-        decoy = f"{sys.executable} -c 'import time; time.sleep(60)' {value} &\n"
+    rename = f"open('/proc/self/comm', 'w').write('{value}'); " if kind == "comm" else ""
+    argv = f" {value}" if kind == "args" else ""
+    decoy = (f"{sys.executable} -c \"import pathlib, time; {rename}"
+             f"pathlib.Path('{ready}').touch(); time.sleep(60)\"{argv} &\n"
+             f"for _ in $(seq 600); do [ -e {ready} ] && break; sleep 0.1; done\n"
+             f"[ -e {ready} ] || {{ echo 'the decoy did not start' >&2; exit 9; }}\n"
+             if kind else "")
     driver = tmp_path / "driver.sh"
-    driver.write_text(f"{decoy}sleep 0.5\nbash {script} start\nkill %1 2>/dev/null; true\n")
+    driver.write_text(f"{decoy}bash {script} start\n")
     proc = subprocess.run(["unshare", "--fork", "--pid", "--mount-proc", "bash", str(driver)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
