@@ -34,7 +34,7 @@ demo: venv host-deps
 lint: venv
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint
-	$(BIN)/ruff check tools tests bench
+	$(BIN)/ruff check tools tests bench plugins
 
 unit: venv
 	$(BIN)/pytest -q tests/unit

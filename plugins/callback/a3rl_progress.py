@@ -43,7 +43,8 @@ class CallbackModule(CallbackBase):
             return
         host = result._host.get_name()
         job = res.get("job") or {}
-        line = f"{job.get('submission_id', 'job')} {job.get('status', '?')}, {progress_line(progress)}"
+        line = (f"{job.get('submission_id', 'job')} {job.get('status', '?')}, "
+                f"{progress_line(progress)}")
         if self._last.get(host) != line:
             self._last[host] = line
             self._display.display(f"[{host}] {line}")
