@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -68,3 +69,43 @@ def test_a_changed_version_or_install_url_changes_the_output(tmp_path: Path):
     assert 'a3rlfake==1.1 {"url": "file:///tmp/a3rlfake"}' in third and third != second
     # Nothing else moved: the same listing twice.
     assert _run(site) == third
+
+
+def _rendered_read(tmp_path: Path, pip: list[str]) -> list[str]:
+    """``frameworks_dists_read`` as Ansible renders it for ``frameworks_pip: pip``."""
+    out = tmp_path / "read.json"
+    play = tmp_path / "render.yml"
+    play.write_text(yaml.safe_dump([{
+        "name": "Render the frameworks role's read of the installed distributions",
+        "hosts": "localhost", "gather_facts": False, "vars_files": [str(VARS)],
+        "tasks": [{"name": "Write it", "ansible.builtin.copy": {
+            "dest": str(out), "content": "{{ frameworks_dists_read | to_json }}",
+            "mode": "0644"}}],
+    }]))
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,",
+         "-c", "local", str(play), "-e", json.dumps({"frameworks_pip": pip}),
+         "-e", json.dumps({"ansible_python_interpreter": sys.executable})],
+        cwd=project_root(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    return json.loads(out.read_text())
+
+
+def _pins(listing: str) -> set[str]:
+    return {_norm(n) + "==" + v for n, v in re.findall(r"^([^#\s=@ ][^=\s]*)==(\S+)", listing,
+                                                        re.M)}
+
+
+def test_the_role_reads_through_python_when_it_runs_pip_as_a_module_else_pip_freeze(tmp_path):
+    """Both forms of frameworks_pip, rendered by Ansible and run: `... python -m pip` gets
+    the script (no pip loaded), any other pip command `pip freeze --all`; each lists the
+    same distributions."""
+    as_module = _rendered_read(tmp_path, [sys.executable, "-m", "pip"])
+    assert as_module == [sys.executable, "-c", _script()]
+    pip = str(Path(sys.executable).with_name("pip"))
+    as_command = _rendered_read(tmp_path, [pip])
+    assert as_command == [pip, "freeze", "--all", "--disable-pip-version-check"]
+    lists = [subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+             for argv in (as_module, as_command)]
+    assert len(_pins(lists[1])) > 10
+    assert _pins(lists[1]) <= _pins(lists[0]), sorted(_pins(lists[1]) - _pins(lists[0]))
