@@ -4,9 +4,9 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 # Integration modules run side by side, each pytest-xdist worker on a simulated cluster of
-# its own. One worker more than the machine has cores, at most 6: on 2 cores, 3 was
-# measured faster than 2 and 4 (docs/testing.md); the suite is CPU-bound there, so a machine
-# with more cores gets more workers (not measured: none was available).
+# its own. One worker more than the machine has cores, at most 6: on 2 cores 3 did better
+# than 2 (a partial run) and 4 (not side by side; docs/testing.md); the suite is CPU-bound
+# there, so a machine with more cores gets more workers (not measured: none was available).
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n + 1 > 6 ? 6 : n + 1 )))
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)

@@ -385,20 +385,14 @@ def test_the_start_script_stops_an_earlier_ray_only_when_one_is_left(tmp_path, l
     machine's other Ray clusters (the simulator's nodes) are not seen; the script's own
     shell, whose command line holds the patterns, must not count as a leftover."""
     import os
-    import shlex
     import shutil
     import subprocess
     import sys
-    from pathlib import Path
 
-    import jinja2
+    from .role_templates import render
 
     if shutil.which("unshare") is None or os.geteuid() != 0:
         pytest.fail("this test needs unshare (util-linux) and root for a PID namespace")
-    root = Path(__file__).resolve().parents[2]
-    env = jinja2.Environment(keep_trailing_newline=True)
-    env.filters["comment"] = lambda text: "# " + text
-    env.filters["quote"] = shlex.quote
     calls = tmp_path / "calls"
     ray_stub = tmp_path / "ray"
     ray_stub.write_text(f'#!/bin/bash\necho "$1" >> {calls}\n')
@@ -407,12 +401,11 @@ def test_the_start_script_stops_an_earlier_ray_only_when_one_is_left(tmp_path, l
     env_dir.mkdir()
     (env_dir / "cluster_env.sh").write_text("")
     script = tmp_path / "ray-node"
-    script.write_text(env.from_string(
-        (root / "roles/ray_cluster/templates/usr/local/lib/a3rl/ray-node.j2").read_text()
-    ).render(ansible_managed="managed", ray_cluster_is_head=True, ray_cluster_mode="host",
-             ray_cluster_container="unused", a3rl_env_dir=str(env_dir),
-             ray_cluster_ray_command=str(ray_stub), ray_cluster_pre_start_command="",
-             ray_cluster_start_args=["--head"]))
+    script.write_text(render(
+        "ray_cluster", "usr/local/lib/a3rl/ray-node.j2", ansible_managed="managed",
+        ray_cluster_is_head=True, ray_cluster_mode="host", ray_cluster_container="unused",
+        a3rl_env_dir=str(env_dir), ray_cluster_ray_command=str(ray_stub),
+        ray_cluster_pre_start_command="", ray_cluster_start_args=["--head"]))
     # The decoy says when it is what it stands for (a loaded machine may take a while to
     # start a Python); the script runs only then.
     ready = tmp_path / "ready"

@@ -11,10 +11,10 @@ import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
-import jinja2
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from . import role_templates
+
 TEMPLATE = "usr/local/lib/a3rl/ray-members.j2"
 
 
@@ -69,12 +69,9 @@ def api():
 
 
 def render(tmp_path: Path, url: str) -> Path:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(ROOT / "roles/ray_cluster/templates"),
-                             undefined=jinja2.StrictUndefined)
-    env.filters["comment"] = lambda s: "# " + s
     out = tmp_path / "ray-members"
-    out.write_text(env.get_template(TEMPLATE).render(ansible_managed="managed",
-                                                     ray_cluster_dashboard_url=url))
+    out.write_text(role_templates.render("ray_cluster", TEMPLATE, ansible_managed="managed",
+                                         ray_cluster_dashboard_url=url))
     return out
 
 

@@ -85,9 +85,8 @@ RECIPE_RUNTIME = {  # real-upstreams.md, "Environment the recipe sets" (pin e1ab
 def render_cluster_env(tmp_path: Path, **overrides) -> Path:
     """cluster_env.sh.j2 rendered with the role's defaults and a one-node inventory."""
     import resource
-    import shlex
 
-    import jinja2
+    from .role_templates import render
 
     defaults = yaml.safe_load((ROOT / "roles/recipe_env/defaults/main.yml").read_text())
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -98,13 +97,8 @@ def render_cluster_env(tmp_path: Path, **overrides) -> Path:
               "recipe_env_cann_set_env": [], "recipe_env_open_files": soft,
               "recipe_env_custom_opp_dir": str(tmp_path / "wd/vllm_ascend/_cann_ops_custom"
                                                "/vendors/vllm-ascend"), **overrides}
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(
-        ROOT / "roles/recipe_env/templates"), undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True)
-    env.filters.update(quote=lambda s: shlex.quote(str(s)), dirname=os.path.dirname,
-                       comment=lambda s: f"# {s}")
     out = tmp_path / "cluster_env.sh"
-    out.write_text(env.get_template("etc/a3rl/env/cluster_env.sh.j2").render(values))
+    out.write_text(render("recipe_env", "etc/a3rl/env/cluster_env.sh.j2", **values))
     return out
 
 
