@@ -101,6 +101,7 @@ class FilterModule:
             "a3rl_ray_dashboard_url": ray.dashboard_url,
             "a3rl_ray_installed_version": ray.installed_version,
             "a3rl_ray_membership": ray.membership,
+            "a3rl_raylet_node_ids": ray.raylet_node_ids,
             "a3rl_artifact_names": manifest.artifact_names,
             "a3rl_bytes": files.human_bytes,
             "a3rl_plan_job": plan_job,

@@ -148,9 +148,10 @@ def test_head_and_worker_arguments():
     assert cluster[cluster.index("--dashboard-host") + 1] == "10.0.0.11"
 
 
-def _node(ip, state="ALIVE", npu=16, start=1, head=False):
+def _node(ip, state="ALIVE", npu=16, start=1, head=False, node_id=None):
     return {"node_ip": ip, "state": state, "resources_total": {"NPU": float(npu), "CPU": 1.0},
-            "start_time_ms": start, "is_head_node": head}
+            "start_time_ms": start, "is_head_node": head,
+            "node_id": node_id or f"{ip.replace('.', '')}{start:04d}"}
 
 
 EXPECTED = {"node1": "10.0.0.11", "node2": "10.0.0.12"}
@@ -183,6 +184,39 @@ def test_membership_reports_strangers():
     m = ray.membership([_node("10.0.0.11"), _node("10.0.0.12"), _node("10.0.0.99")],
                        EXPECTED, 16)
     assert m["strangers"] == ["10.0.0.99"] and not m["ready"]
+
+
+def test_membership_is_not_ready_on_a_dead_raylets_entry():
+    """node2's raylet was killed: the head still lists its entry (id a) ALIVE while the new
+    raylet (id b) is starting. By IP and NPUs the cluster looks complete; by the running
+    raylet's ID it is not, until b is listed and a is gone."""
+    stale = [_node("10.0.0.11", node_id="h"), _node("10.0.0.12", node_id="a")]
+    raylets = {"node1": ["h"], "node2": ["b"]}
+    assert ray.membership(stale, EXPECTED, 16)["ready"]
+    m = ray.membership(stale, EXPECTED, 16, raylets)
+    assert not m["ready"] and m["not_live"] == ["node2"]
+    both = [*stale, _node("10.0.0.12", start=9, node_id="b")]
+    assert not ray.membership(both, EXPECTED, 16, raylets)["ready"]  # 48 NPUs listed
+    new = [_node("10.0.0.11", node_id="h"), _node("10.0.0.12", start=9, node_id="b")]
+    m = ray.membership(new, EXPECTED, 16, raylets)
+    assert m["ready"] and m["not_live"] == []
+
+
+def test_membership_names_a_node_that_runs_no_raylet():
+    nodes = [_node("10.0.0.11", node_id="h"), _node("10.0.0.12", node_id="a")]
+    m = ray.membership(nodes, EXPECTED, 16, {"node1": ["h"], "node2": []})
+    assert not m["ready"] and m["not_live"] == ["node2"]
+
+
+def test_raylet_node_ids_from_pgrep_lines():
+    out = ("412 /opt/a3rl/ray/lib/python3.11/site-packages/ray/core/src/ray/raylet/raylet "
+           "--raylet_socket_name=/tmp/ray/s/raylet --node_manager_port=29450 "
+           "--node_id=9f3c0a1bE2 --node_ip_address=10.0.0.12\n"
+           "913 /x/raylet/raylet --node_manager_port=29450 --node_id=77aa\n")
+    assert ray.raylet_node_ids(out) == ["77aa", "9f3c0a1bE2"]
+    assert ray.raylet_node_ids("") == [] and ray.raylet_node_ids(None) == []
+    # A flag that only starts with the name is not it.
+    assert ray.raylet_node_ids("1 raylet --node_id=12zz") == []
 
 
 @pytest.mark.parametrize(("bind", "url"), [

@@ -400,12 +400,20 @@ def start_args(is_head: bool, node_ip: str, head_ip: str, p: Mapping[str, Any],
 
 
 def membership(nodes: Sequence[Mapping[str, Any]], expected: Mapping[str, str],
-               npus_per_node: int) -> dict[str, Any]:
+               npus_per_node: int,
+               raylets: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
     """Who has joined, from the head's node list (state API ``/api/v0/nodes``).
 
     ``expected`` maps inventory host -> cluster IP. A node that died and came back shows
     twice for a while (the old entry ALIVE until its health checks fail), so ``ready``
     also asks that the NPU total be exactly what the inventory gives.
+
+    ``raylets`` (optional) maps a host to the node IDs of the raylets running on it now
+    (``raylet_node_ids``). A raylet killed outright stays ALIVE in the list until the
+    head's health checks fail: by IP and NPU count alone, its entry stands in for the new
+    raylet that is still starting. With ``raylets``, ``ready`` also asks that each named
+    host run a raylet and that every one of them be ALIVE in the list; the hosts that fail
+    this are in ``not_live``.
     """
     alive = [n for n in nodes if n.get("state") == "ALIVE"]
     by_ip: dict[str, list[Mapping[str, Any]]] = {}
@@ -416,6 +424,9 @@ def membership(nodes: Sequence[Mapping[str, Any]], expected: Mapping[str, str],
     strangers = sorted(ip for ip in by_ip if ip not in {str(v) for v in expected.values()})
     total = sum(float((n.get("resources_total") or {}).get("NPU", 0)) for n in alive)
     want = int(npus_per_node) * len(expected)
+    alive_ids = {str(n.get("node_id")) for n in alive if n.get("node_id")}
+    not_live = sorted(h for h, ids in (raylets or {}).items()
+                      if not ids or any(str(i) not in alive_ids for i in ids))
     per_host = {}
     for h, ip in expected.items():
         entries = by_ip.get(str(ip), [])
@@ -430,8 +441,18 @@ def membership(nodes: Sequence[Mapping[str, Any]], expected: Mapping[str, str],
         "joined": joined,
         "missing": missing,
         "strangers": strangers,
+        "not_live": not_live,
         "npu_total": int(total),
         "npu_expected": want,
-        "ready": not missing and int(total) == want,
+        "ready": not missing and int(total) == want and not not_live,
         "nodes": per_host,
     }
+
+
+def raylet_node_ids(pgrep_output: str) -> list[str]:
+    """The node IDs on the command lines ``pgrep -a`` printed for a node's raylets.
+
+    The raylet is started with ``--node_id=<hex>`` (Ray 2.48 and 2.60:
+    ``ray/_private/services.py``, ``start_raylet``), the ID the state API lists it under.
+    """
+    return sorted(set(re.findall(r"--node_id=([0-9a-fA-F]+)(?:\s|$)", pgrep_output or "")))
