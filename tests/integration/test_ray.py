@@ -269,8 +269,8 @@ EPHEMERAL = range(32768, 61000)
 
 def peer_may_open(port: int, to_head: bool) -> bool:
     """Whether the other node may open ``port`` here (ray.firewall_rules)."""
-    ray = {29450, 29451, *range(10002, 20000)} | ({29444} if to_head else {29453, 29454})
-    return (port == 22 or port in ray or port in PEER_PORTS
+    ray_ports = {29450, 29451, *range(10002, 20000)} | ({29444} if to_head else {29453, 29454})
+    return (port == 22 or port in ray_ports or port in PEER_PORTS
             or (port in EPHEMERAL and port not in RAY_PORTS))
 
 
