@@ -111,6 +111,7 @@ class FilterModule:
             "a3rl_alltoall_overlap": conversion.alltoall_overlap,
             "a3rl_status_report": status.report,
             "a3rl_artifact_problems": manifest.artifact_problems,
+            "a3rl_artifact_group_problems": manifest.group_problems,
             "a3rl_node_files": _clear_errors(manifest.node_files),
             "a3rl_store_state": manifest.store_state,
             "a3rl_placed_paths": manifest.placed_paths,

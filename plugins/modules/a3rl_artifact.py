@@ -74,7 +74,7 @@ log:
   returned: always
 """
 
-from ansible.module_utils.a3rl_artifacts import ArtifactError, ensure
+from ansible.module_utils.a3rl_artifacts import ArtifactError, ensure, url_credentials
 from ansible.module_utils.basic import AnsibleModule
 
 
@@ -93,6 +93,8 @@ def main():
     )
     lines = []
     p = module.params
+    # Echoed in the result (invocation): Ansible masks these values wherever they appear.
+    module.no_log_values.update(url_credentials(p["spec"]))
     try:
         result = ensure(p["store"], p["name"], p["spec"], offline=p["offline"],
                         check=module.check_mode, refresh=p["refresh"], log=lines.append,

@@ -365,6 +365,22 @@ CASES: dict[str, Case] = {
     "npus_per_node a superscript digit (train plan)": Case("train plan", TRAIN, (
         "npus_per_node must be a positive whole number, not '²'", "Fix: change -e"),
         _group_vars(npus_per_node="²"), extravars={"algo": "grpo"}, host="node1"),
+    # --- issue 43: classes of input refused before any change ---
+    "a list setting given as a string (-e)": Case("preflight (inventory)", SITE, (
+        "node1, node2: ray_cluster_firewall_open_ports is '22' (a string), not a list",
+        "Fix: give a list"), extravars={"ray_cluster_firewall_open_ports": "22"}),
+    "two listeners on one port": Case("preflight (inventory)", SITE, (
+        "node1, node2: artifact_store_fanout_port 29450 overlaps ray_cluster_node_manager_port "
+        "29450", "Fix: move one of them"), _group_vars(artifact_store_fanout_port=29450)),
+    "a system folder as the data root": Case("preflight (inventory)", SITE, (
+        "node1, node2: a3rl_data_root '/etc' is a folder of the operating system", "Fix:"),
+        _group_vars(a3rl_data_root="/etc")),
+    "a container name with a space": Case("preflight (inventory)", SITE, (
+        "node1, node2: training_container_name 'a3rl train' is not a container name",
+        "Fix:"), _group_vars(training_container_name="a3rl train")),
+    "an artifact size with a unit": Case("preflight (controller)", SITE, (
+        "controller: artifact qwen3_32b_config: size '10GB' is not a whole number of bytes",
+        "Fix:"), _artifact("qwen3_32b_config", size="10GB")),
     # --- day 2 ---
     "an unknown Ray action": Case("ray arguments", RAY, (
         "value of ray_cluster_action must be one of: start, stop, restart, status, got: reload",

@@ -3,6 +3,7 @@ real files in temporary folders."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import http.server
 import json
@@ -15,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from a3rl import manifest
-from a3rl.node import artifacts, patch_series, stage
+from a3rl.node import artifacts, patch_series, purge, stage
+from a3rl.paths import project_root
 from a3rl.sim import upstreams
 
 from .conftest import run_module
@@ -414,6 +416,102 @@ def test_http_checksum_mismatch_is_refused_and_discarded(tmp_path, http_files):
     assert "f" not in artifacts.read_manifest(str(store))["artifacts"]
 
 
+@pytest.fixture()
+def http_strict(tmp_path):
+    """A server that asks for Basic credentials (user:s3cret) and, like many a plain file
+    server, ignores Range: it answers 200 with the whole file."""
+    root = tmp_path / "www2"
+    root.mkdir()
+    seen: list[dict[str, str | None]] = []
+    want = "Basic " + base64.b64encode(b"user:s3cret").decode()
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, directory=str(root), **kw)
+
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):  # noqa: N802 - http.server's naming
+            seen.append({"path": self.path, "range": self.headers.get("Range"),
+                         "auth": self.headers.get("Authorization")})
+            if self.headers.get("Authorization") != want:
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="a3rl"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            super().do_GET()
+
+    srv = _Server(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield root, srv.server_address[1], seen
+    srv.shutdown()
+
+
+def test_a_server_that_ignores_range_gets_the_file_written_anew_not_appended(tmp_path, http_strict):
+    root, port, seen = http_strict
+    payload = os.urandom(200_000)
+    (root / "big.bin").write_bytes(payload)
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "big.bin.part").write_bytes(payload[:50_000])
+    spec = {"kind": "http", "url": f"http://user:s3cret@127.0.0.1:{port}/big.bin",
+            "dest": "big.bin", "sha256": artifacts.sha256_file(str(root / "big.bin"))}
+    assert artifacts.ensure(str(store), "big", spec)["changed"]
+    assert seen[-1]["range"] == "bytes=50000-"  # asked to resume, answered with 200
+    assert (store / "big.bin").read_bytes() == payload
+
+
+def test_a_credential_in_an_http_url_is_sent_and_never_written_out(tmp_path, http_strict):
+    root, port, seen = http_strict
+    (root / "f.bin").write_bytes(b"payload")
+    store = tmp_path / "store"
+    url = f"http://user:s3cret@127.0.0.1:{port}/f.bin"
+    spec = {"kind": "http", "url": url, "dest": "f.bin",
+            "sha256": artifacts.sha256_file(str(root / "f.bin"))}
+    lines: list[str] = []
+    r = artifacts.ensure(str(store), "f", spec, log=lines.append)
+    assert r["changed"] and (store / "f.bin").read_bytes() == b"payload"
+    assert lines and f"http://***@127.0.0.1:{port}/f.bin" in " ".join(lines)
+    assert "s3cret" not in json.dumps([lines, r]) + (store / "manifest.json").read_text()
+    # Refusals name the URL too: a wrong sha256, a wrong password, an unreachable git host.
+    for bad, why in (({**spec, "dest": "g.bin", "sha256": "0" * 64}, "discarded"),
+                     ({**spec, "dest": "h.bin", "url": url.replace("s3cret", "s3cret-not")},
+                      "HTTP 401"),
+                     ({"kind": "git", "url": "https://user:s3cret@127.0.0.1:1/x.git",
+                       "ref": "v1"}, "cannot fetch")):
+        lines.clear()
+        with pytest.raises(artifacts.ArtifactError, match=why) as e:
+            artifacts.ensure(str(store), "bad", bad, log=lines.append)
+        assert "s3cret" not in str(e.value) + " ".join(lines), (str(e.value), lines)
+        assert "://***@127.0.0.1" in str(e.value)
+    assert artifacts.url_credentials(spec) == ["user:s3cret"]
+    assert artifacts.redact(f"fatal: unable to access '{url}/': 401") == (
+        f"fatal: unable to access 'http://***@127.0.0.1:{port}/f.bin/': 401")
+
+
+def test_the_artifact_module_masks_a_url_credential_in_its_result(tmp_path, http_strict):
+    # The module's arguments come back in its result (invocation) and the run's events.
+    root, port, _ = http_strict
+    (root / "f.bin").write_bytes(b"payload")
+    spec = {"kind": "http", "url": f"http://user:s3cret@127.0.0.1:{port}/f.bin",
+            "dest": "f.bin", "sha256": artifacts.sha256_file(str(root / "f.bin"))}
+    got = run_module("a3rl_artifact", {"store": str(tmp_path / "s"), "name": "f", "spec": spec})
+    assert got["changed"] and "s3cret" not in json.dumps(got), got
+    assert got["invocation"]["module_args"]["spec"]["url"].startswith("http://********@")
+    refused = {**spec, "sha256": "0" * 64}
+    proc = subprocess.run(
+        [str(Path(".venv/bin/ansible").resolve()), "localhost", "-m", "a3rl_artifact", "-a",
+         json.dumps({"store": str(tmp_path / "r"), "name": "f", "spec": refused})],
+        cwd=project_root(), capture_output=True, text=True,
+        env=dict(os.environ, ANSIBLE_CONFIG=str(project_root() / "ansible.cfg"),
+                 ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+                 ANSIBLE_LOCALHOST_WARNING="0"))
+    assert proc.returncode != 0 and "discarded" in proc.stdout, proc.stdout + proc.stderr
+    assert "s3cret" not in proc.stdout + proc.stderr
+
+
 def test_provided_file_is_copied_and_checked(tmp_path):
     src = tmp_path / "driver.run"
     src.write_bytes(b"driver")
@@ -448,6 +546,29 @@ def test_provided_folder_is_copied_with_only_the_allowed_files(tmp_path):
     got = artifacts.ensure(str(store), "c", config)["entry"]["files"]
     assert [f["path"] for f in got] == ["models/c/config.json", "models/c/tokenizer.json"]
     assert not (store / "models/c/model-1.safetensors").exists()
+
+
+def test_a_prune_stays_inside_the_entrys_folder_when_its_dest_moves(tmp_path):
+    # The entry moves from raw/gsm8k to raw/gsm8k-v2; its old folder is now another
+    # artifact's (it took the same dest). Its earlier record names those files, but they
+    # are outside the entry's folder: not its to delete.
+    src = tmp_path / "gsm8k"
+    (src / "main").mkdir(parents=True)
+    (src / "main/train.parquet").write_text("gsm8k")
+    other = tmp_path / "other"
+    (other / "main").mkdir(parents=True)
+    (other / "main/train.parquet").write_text("another dataset")
+    store = tmp_path / "store"
+    spec = {"kind": "file", "dest": "raw/gsm8k", "path": str(src)}
+    artifacts.ensure(str(store), "g", spec)
+    (src / "main/train.parquet").unlink()
+    (src / "main/test.parquet").write_text("gsm8k test")
+    artifacts.ensure(str(store), "o", {"kind": "file", "dest": "raw/gsm8k", "path": str(other)})
+    lines: list[str] = []
+    got = artifacts.ensure(str(store), "g", {**spec, "dest": "raw/gsm8k-v2"}, log=lines.append)
+    assert [f["path"] for f in got["entry"]["files"]] == ["raw/gsm8k-v2/main/test.parquet"]
+    assert (store / "raw/gsm8k/main/train.parquet").read_text() == "another dataset"
+    assert not any("removing" in line for line in lines), lines
 
 
 def test_a_file_gone_from_the_source_folder_leaves_the_store(tmp_path):
@@ -572,6 +693,28 @@ def test_checkout_from_bundles_with_submodule_then_unchanged(staged):
     r = stage.checkout(spec["bundle"], str(src), spec["commit"], spec["submodules"])
     assert r["changed"] and r["discarded"] == ["pkg/core.py"]
     assert (src / "pkg/core.py").read_text() == "a = 1\nb = 3\n"
+
+
+def test_a_purge_of_a_staged_checkout_takes_its_files_and_submodule_and_keeps_a_users(staged):
+    # The teardown purge (a3rl.node.purge) against a checkout as stage.checkout makes it.
+    spec, src = staged
+    stage.checkout(spec["bundle"], str(src), spec["commit"], spec["submodules"])
+    (src / "third_party/sub/build.log").write_text("mine")
+    (src / "pkg/core.py").write_text("edited\n")
+    entry = {"kind": "tree", "path": str(src.parent), "children": True,
+             "ref": "refs/a3rl/pinned", "top": str(src.parent)}
+    got = purge.purge([entry])
+    assert str(src / "third_party/sub/lib.c") in got["removed"]
+    assert not (src / "pkg/__init__.py").exists() and not (src / "third_party/sub/lib.c").exists()
+    assert (src / "third_party/sub/build.log").read_text() == "mine"
+    assert (src / "pkg/core.py").read_text() == "edited\n"
+    assert got["changed_since"] == [str(src / "pkg/core.py")]
+    assert got["repositories_kept"] == [str(src / "third_party/sub"), str(src)]
+    # The user takes their file away and undoes their edit: the rest is the project's.
+    (src / "third_party/sub/build.log").unlink()
+    (src / "pkg/core.py").write_text("a = 1\nb = 3\n")
+    got = purge.purge([entry])
+    assert got["repositories_kept"] == [] and not src.exists() and src.parent.is_dir()
 
 
 def test_checkout_check_mode_creates_nothing(staged):

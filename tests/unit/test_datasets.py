@@ -199,6 +199,19 @@ def test_dedupe_keeps_the_first_of_each_prompt(raw, tmp_path):
         a for _, a in fixture.DAPO_PROBLEMS
     ]
     assert [r["extra_info"]["index"] for r in kept] == [0, 1, 2, 3]
+    # The stand-in's repeats are equal row for row, so which one stays shows only when
+    # they differ: here each repeat has an index of its own, and the problems come back
+    # in another order, so keeping the last of each changes both the ids and the order.
+    problems = fixture.DAPO_PROBLEMS
+    twice = problems + problems[::-1]
+    ids = [f"id-{n}" for n in range(len(twice))]
+    snapshot = tmp_path / "dapo"
+    (snapshot / "data").mkdir(parents=True)
+    write(fixture._dapo_shaped(twice, ids, repeats=1), snapshot / "data/dapo-math-17k.parquet")
+    (out,) = datasets.prepare("dapo_math_17k", snapshot, tmp_path / "out", dedupe=True)
+    kept = rows(out)
+    assert [r["extra_info"]["source_index"] for r in kept] == ids[: len(problems)]
+    assert [r["reward_model"]["ground_truth"] for r in kept] == [a for _, a in problems]
     (aime,) = datasets.prepare("aime_2024", raw["aime_2024"], tmp_path, dedupe=True)
     assert len(rows(aime)) == len(fixture.AIME_PROBLEMS)
 
@@ -294,6 +307,26 @@ def test_flawed_deepscaler_items_are_dropped_by_position_and_the_split_kept(tmp_
     assert dropped["count"] == 3 and dropped["of"] == 20
     assert dropped["positions"] == [3, 7, 18]
     assert "'answer' is missing or empty" in dropped["reasons"]["3"]
+
+
+def test_deepscaler_items_whose_answer_is_not_a_finite_number_are_dropped(tmp_path):
+    snapshot = tmp_path / "ds"
+    snapshot.mkdir()
+    items = [{"problem": f"p{i}", "answer": str(i)} for i in range(20)]
+    items[12]["answer"] = "\\infty"  # LaTeX: a real answer, kept
+    # json.dumps writes NaN and Infinity as the bare literals a tool's dump holds.
+    text = json.dumps(items).replace('"answer": "1"', '"answer": NaN').replace(
+        '"answer": "2"', '"answer": Infinity').replace('"answer": "4"', '"answer": -Infinity')
+    text = text.replace('"answer": "5"', '"answer": "nan"').replace(
+        '"answer": "6"', '"answer": " +inf "').replace('"answer": "19"', '"answer": "Infinity"')
+    (snapshot / "deepscaler.json").write_text(text)
+    (train, valid), dropped = datasets.prepare_report("deepscaler", snapshot, tmp_path / "out")
+    assert dropped["positions"] == [1, 2, 4, 5, 6, 19] and dropped["count"] == 6
+    assert "'answer' 'nan' is not a finite number" in dropped["reasons"]["1"]
+    assert "'answer' '+inf' is not a finite number" in dropped["reasons"]["6"]
+    truths = [r["reward_model"]["ground_truth"] for r in rows(train) + rows(valid)]
+    assert "\\infty" in truths and len(truths) == 14
+    assert not {t.lower().strip("+- ") for t in truths} & {"nan", "inf", "infinity"}
 
 
 def test_more_flawed_items_than_the_share_is_refused(tmp_path):

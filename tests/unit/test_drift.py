@@ -88,6 +88,37 @@ def test_a_changed_script_value_is_reported_with_the_scripts_arithmetic(up, tree
     assert any("max_num_seqs: recipe 96, project 128" in line for line in report.lines())
 
 
+def test_a_key_only_the_project_sets_is_drift(up, tree):
+    # The recipe's script stops passing one value; the project's plan still sets it.
+    edit(tree / G32, "    trainer.val_before_train=False \\\n", "")
+    report = drift.drift_report(tree, sim_vars(up))
+    found = [(f.key, f.recipe, f.project, f.run) for f in report.drift]
+    assert found == [("trainer.val_before_train", None, False, "grpo-qwen3_32b-real")], \
+        report.lines()
+    assert any("trainer.val_before_train: recipe (not set), project False" in line
+               for line in report.lines())
+
+
+@pytest.mark.parametrize("scope, covered", [
+    ({"runs": ["grpo-qwen3_32b-real"]}, True),
+    ({"runs": ["dapo-qwen3_32b-real"]}, False),
+    ({"where": "internal/train_grpo_*"}, True),
+    ({"where": "internal/train_dapo_*"}, False),
+])
+def test_a_deviation_scoped_by_runs_or_where_covers_only_those(up, tree, scope, covered):
+    edit(tree / G32, "MAX_NUM_SEQS=128\n", "MAX_NUM_SEQS=96\n")
+    v = sim_vars(up)
+    v["a3rl_recipe_site_deviations"] = [*v.get("a3rl_recipe_site_deviations", []), *(
+        {"area": area, "key": key, "reason": "a site's own batch cap", **scope}
+        for area, key in (("plan", "actor_rollout_ref.rollout.max_num_seqs"),
+                          ("env", "VLLM_SPECULATIVE_BATCH_SIZE_THRE")))]
+    report = drift.drift_report(tree, v)
+    assert report.ok == covered, [f.as_dict() for f in report.drift]
+    reasons = {f.key: f.reason for f in report.deviated}
+    assert (reasons.get("actor_rollout_ref.rollout.max_num_seqs") == "a site's own batch cap"
+            ) == covered
+
+
 def test_a_new_patch_in_the_series_is_reported(up):
     with drift.recipe_tree(up.url("recipe"), up.recipe_commits["extra"],
                            upstreams.RECIPE_SUBDIR) as tree:

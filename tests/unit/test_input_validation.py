@@ -101,7 +101,7 @@ def _bundle_play(bundle: Path) -> str:
         # no inventory file: the implicit localhost, as on a connected machine's checkout
         [str(Path(sys.executable).with_name("ansible-playbook")),
          "-i", str(bundle.parent / "no-inventory"), str(REPO / "playbooks/bundle.yml"),
-         "-e", '{"bundle_groups": ["none"]}',
+         "-e", '{"bundle_groups": []}',
          "-e", "bundle_tarball=true", "-e", f"a3rl_bundle_dir={bundle}"],
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:]
@@ -135,7 +135,9 @@ def test_cache_clean_refuses_a_path_under_a_symlinked_parent(tmp_path):
     (elsewhere / "kernel_meta/precious").write_text("not a cache of this job")
     (root / "data").mkdir(parents=True)
     (root / "data/job").symlink_to(elsewhere)
-    with pytest.raises(cache_clean.CacheError, match="a folder above it is a symlink"):
+    with pytest.raises(cache_clean.CacheError,
+                       match=r"^'/data/job/kernel_meta': a folder above it is a symlink \(its "
+                             r"real path is '.*/elsewhere/kernel_meta'\)"):
         cache_clean.clean(["/data/job/kernel_meta"], "/data/job", root=str(root))
     assert (elsewhere / "kernel_meta/precious").exists()
     (root / "data/real/kernel_meta").mkdir(parents=True)
@@ -434,3 +436,197 @@ def test_a_data_folder_that_is_relative_or_the_root_is_refused(name, value):
     assert msg.startswith(f"node2: {name} {value!r} is not an absolute folder") and "Fix:" in msg
     groups, hv = _inv(a3rl_shared_dir="", a3rl_data_root="/data/a3rl")
     assert pf.setting_problems(groups["a3_nodes"], hv) == []
+
+
+# ------------------------------- 43: classes of input refused before any change
+
+
+@pytest.mark.parametrize(("name", "value", "kind"), [
+    ("ray_cluster_firewall_open_ports", "22", "list"),
+    ("cache_clean_paths", "/root/.cache", "list"),
+    ("artifact_store_groups", "frameworks", "list"),
+    ("npu_device_ips", "10.214.0.1", "list"),  # handed on: npu_network_device_ips' default
+    ("recipe_env_extra", '{"A": 1}', "mapping"),
+    ("ray_cluster_firewall_allow", None, "list"),
+])
+def test_a_list_or_mapping_setting_given_as_a_string_is_refused_naming_it(name, value, kind):
+    groups, hv = _inv()
+    hv["node1"][name] = hv["node2"][name] = value
+    [msg] = pf.setting_problems(groups["a3_nodes"], hv)
+    assert msg.startswith(f"node1, node2: {name} is {value!r} ") and f"not a {kind}" in msg
+    assert "Fix: give a" in msg
+
+
+def test_a_string_list_gets_a_fix_that_is_the_list_it_meant():
+    [msg] = pf.setting_problems(["n"], {"n": {"ray_cluster_firewall_open_ports": "22,2222"}})
+    assert """-e '{"ray_cluster_firewall_open_ports": ["22", "2222"]}'""" in msg
+
+
+def test_the_list_settings_are_the_roles_own_from_their_specs(tmp_path):
+    found = pf.typed_settings()
+    assert found["ray_cluster_firewall_open_ports"] == ("ray_cluster", "list")
+    assert found["cache_clean_paths"] == ("cache_clean", "list")
+    assert found["recipe_env_hccl"] == ("recipe_env", "dict")
+    # A list variable a role adds later is checked without being listed anywhere else.
+    spec = tmp_path / "roles/new_role/meta"
+    spec.mkdir(parents=True)
+    (spec / "argument_specs.yml").write_text(
+        "argument_specs:\n  main:\n    options:\n      new_role_hosts:\n        type: list\n"
+        "      new_role_name:\n        type: str\n")
+    assert pf.typed_settings(str(tmp_path / "roles")) == {"new_role_hosts": ("new_role", "list")}
+
+
+@pytest.mark.parametrize(("values", "needles"), [
+    ({"artifact_store_fanout_port": 29450},
+     ["artifact_store_fanout_port 29450 overlaps ray_cluster_node_manager_port 29450"]),
+    ({"a3rl_ray_gcs_port": 8260, "a3rl_ray_dashboard_port": 8260},
+     ["a3rl_ray_dashboard_port 8260 overlaps a3rl_ray_gcs_port 8260"]),
+    ({"recipe_env_hccl": {"HCCL_IF_BASE_PORT": 10000}},
+     ["the HCCL ports 10000-10031", "overlaps ray_cluster_client_server_port 10001, "
+      "Ray's worker ports 10002-19999"]),
+    ({"ray_cluster_metrics_export_port": 23500},
+     ["Ray client's specific-server ports (fixed by Ray) overlaps "
+      "ray_cluster_metrics_export_port 23500"]),
+    ({"ray_cluster_min_worker_port": 20000, "ray_cluster_max_worker_port": 19999},
+     ["ray_cluster_min_worker_port 20000 is above ray_cluster_max_worker_port 19999"]),
+    ({"recipe_env_hccl": {"HCCL_IF_BASE_PORT": 65530}},
+     ["HCCL_IF_BASE_PORT 65530 with recipe_env_hccl_port_count 32 is not a range"]),
+    ({"ray_cluster_firewall_open_ports": ["22", "65536"]},
+     ["ray_cluster_firewall_open_ports entry '65536' is not a port"]),
+    ({"ray_cluster_firewall_open_ports": ["0"]}, ["entry '0' is not a port"]),
+    ({"ray_cluster_firewall_peer_ports": ["-5"]}, ["entry '-5' is not a port"]),
+    ({"ray_cluster_firewall_open_ports": ["22", "29440:29445"]},
+     ["entry '29440:29445' opens a3rl_ray_gcs_port 29444 to every source"]),
+])
+def test_listeners_on_one_port_or_ports_out_of_range_are_refused(values, needles):
+    hv = {"a3rl_ray_gcs_port": 29444, "a3rl_ray_dashboard_port": 8260, **values}
+    [msg] = pf.setting_problems(["node1"], {"node1": hv})
+    assert msg.startswith("node1: ") and "Fix:" in msg, msg
+    assert all(n in msg for n in needles), msg
+
+
+def test_the_shipped_ports_do_not_overlap():
+    assert pf.listener_problems({}) == []
+    assert pf.listener_problems({"ray_cluster_firewall_open_ports": ["22", 2222]}) == []
+
+
+@pytest.mark.parametrize(("spec", "needle"), [
+    ({"kind": "file", "dest": "raw/x", "size": "10GB"}, "size '10GB' is not a whole number"),
+    ({"kind": "file", "dest": "raw/x", "size": -1}, "size -1 is not a whole number"),
+    ({"kind": "wheelhouse", "requirements": {"artifact": "verl"}},
+     "requirements {'artifact': 'verl'} lacks path"),
+    ({"kind": "wheelhouse", "requirements": "ray==2.48.0"}, "is neither {artifact, path} nor"),
+    ({"kind": "modelscope", "id": "Qwen/Qwen3-32B", "dest": "models/c", "revision": REV,
+      "allow_patterns": "config.json"}, "`allow_patterns` is 'config.json'; expected a list"),
+    ({"kind": "git", "url": "https://x/y.git", "ref": "v1", "cherry_picks": "448c6c3"},
+     "cherry_picks '448c6c3' is not a list"),
+])
+def test_a_manifest_field_of_the_wrong_type_is_refused_by_name(spec, needle):
+    [msg] = artifacts.validate("a", spec)
+    assert msg.startswith("artifact a: ") and needle in msg and "Fix:" in msg, msg
+
+
+def test_a_size_with_a_unit_is_an_artifact_error_not_a_traceback(tmp_path):
+    src = tmp_path / "x.bin"
+    src.write_bytes(b"x")
+    spec = {"kind": "file", "dest": "raw/x.bin", "path": str(src), "size": "10GB"}
+    with pytest.raises(artifacts.ArtifactError, match="size '10GB' is not a whole number"):
+        artifacts.ensure(str(tmp_path / "store"), "a", spec)
+    assert pf.artifact_input_problems({"a": spec}, str(tmp_path / "store"),
+                                      probe=lambda _u: None)[0].startswith(
+        "controller: artifact a: size '10GB'")
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("a3rl_data_root", "/etc"), ("a3rl_data_root", "/usr/"), ("a3rl_data_root", "/var"),
+    ("a3rl_shared_dir", "/home"), ("a3rl_workdir", "/boot"), ("a3rl_data_root", "/proc/a3rl"),
+    ("a3rl_env_dir", "/etc"), ("a3rl_assets_dir", "/lib64"),
+])
+def test_a_data_folder_that_is_a_system_folder_is_refused(name, value):
+    [msg] = pf.setting_problems(["node1"], {"node1": {name: value}})
+    assert msg.startswith(f"node1: {name} {value!r} is a folder of the operating system")
+    assert "Fix:" in msg
+    assert pf.setting_problems(["node1"], {"node1": {name: "/data/a3rl",
+                                                     "a3rl_env_dir": "/etc/a3rl/env"}}) == []
+
+
+@pytest.mark.parametrize(("dest", "needle"), [
+    ("git", "store's own folder git/"), ("git/verl.bundle", "store's own folder git/"),
+    ("python/recipe_wheels.tar", "store's own folder python/"),
+    ("./python", "store's own folder python/"),
+])
+def test_a_dest_in_the_stores_own_folders_is_refused(dest, needle):
+    [msg] = artifacts.validate("m", {"kind": "file", "dest": dest})
+    assert needle in msg and "Fix:" in msg
+    assert artifacts.validate("m", {"kind": "file", "dest": "gitlab/x"}) == []
+
+
+def test_a_group_no_artifact_has_is_refused_and_a_string_is_not_split():
+    m = {"verl": {"kind": "git", "group": "frameworks"}, "w": {"kind": "file", "group": "data"}}
+    [msg] = manifest.group_problems(m, ["frameworks", "framework"], "bundle_groups")
+    assert msg.startswith("bundle_groups names 'framework', which no artifact") and "Fix:" in msg
+    assert "groups: data, frameworks" in msg
+    [msg] = manifest.group_problems(m, "frameworks", "bundle_groups")
+    assert """-e '{"bundle_groups": ["frameworks"]}'""" in msg
+    assert manifest.group_problems(m, "all", "bundle_groups") == []
+    assert manifest.group_problems(m, ["data"], "bundle_groups") == []
+
+
+def test_the_bundle_play_refuses_an_unknown_group_before_writing_anything(tmp_path):
+    import subprocess
+    import sys
+
+    bundle = tmp_path / "b"
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("ansible-playbook")),
+         "-i", str(tmp_path / "no-inventory"), str(REPO / "playbooks/bundle.yml"),
+         "-e", '{"bundle_groups": ["nosuch"]}', "-e", f"a3rl_bundle_dir={bundle}"],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    assert "bundle_groups names 'nosuch', which no artifact" in proc.stdout
+    assert not bundle.exists()
+
+
+def test_preflight_refuses_a_group_the_store_would_fetch_nothing_for():
+    hv = {"artifact_store_groups": ["frameworks", "pyhton"],
+          "a3rl_manifest": {"verl": {"kind": "git", "group": "frameworks"},
+                            "wheels": {"kind": "wheelhouse", "group": "python"}}}
+    [msg] = pf.setting_problems(["node1"], {"node1": hv})
+    assert msg.startswith("node1: artifact_store_groups names 'pyhton', which no artifact")
+
+
+@pytest.mark.parametrize(("host", "values", "needle"), [
+    ("node 2", {}, "the host name 'node 2' holds a space"),
+    ("node2\nrm -rf /", {}, "holds a newline"),
+    ("node'2", {}, "holds a quote"),
+    ("node2", {"training_container_name": "a3rl train"}, "training_container_name 'a3rl train'"),
+    ("node2", {"ray_cluster_container": "x;reboot"}, "ray_cluster_container 'x;reboot' is not"),
+    ("node2", {"a3rl_env_dir": "/etc/a3rl/env\nreboot"}, "holds a newline"),
+    ("node2", {"a3rl_workdir": "/data/my work"}, "a3rl_workdir '/data/my work' holds a space"),
+    ("node2", {"a3rl_data_root": "/data/$(reboot)"}, "holds '$'"),
+    ("node2", {"a3rl_default_model": "qwen3_32b\n"}, "is not a model profile key"),
+    ("node2", {"a3rl_models": {"q": {"name": "Qwen3 32B"}}}, "a3rl_models.q.name 'Qwen3 32B'"),
+    ("node2", {"recipe_env_extra": {"MY VAR": 1}}, "recipe_env_extra: 'MY VAR' is not a shell"),
+    ("node2", {"recipe_env_hccl": {"HCCL_IF_BASE_PORT": 64021, "X=1;": 2}}, "'X=1;' is not"),
+])
+def test_a_value_with_a_newline_quote_or_space_for_a_script_is_refused(host, values, needle):
+    [msg] = pf.setting_problems([host], {host: values})
+    assert msg.startswith(f"{host}: ") and needle in msg and "Fix:" in msg, msg
+
+
+@pytest.mark.parametrize(("spec", "needle"), [
+    ({"kind": "git", "url": "https://x/y.git", "ref": "v1; reboot"}, "ref 'v1; reboot' is not"),
+    ({"kind": "git", "url": "https://x/y.git", "ref": "v1\n"}, "ref 'v1\\n' is not"),
+    ({"kind": "git", "url": "https://x/y.git", "ref": "v1", "commit": "abc'"}, "commit \"abc'\""),
+    ({"kind": "git", "url": "https://x/y.git", "ref": "v1",
+      "cherry_picks": [{"commit": "448c6c3", "fetch": "refs/pull/1/head x"}]},
+     "cherry_picks fetch 'refs/pull/1/head x'"),
+    ({"kind": "file", "dest": "models/a b"}, "dest 'models/a b' holds a character"),
+    ({"kind": "file", "dest": "raw/x'y"}, "dest \"raw/x'y\" holds a character"),
+])
+def test_a_git_ref_or_dest_with_a_space_quote_or_newline_is_refused(spec, needle):
+    [msg] = artifacts.validate("a", spec)
+    assert msg.startswith("artifact a: ") and needle in msg and "Fix:" in msg, msg
+    ok = {"kind": "git", "url": "https://x/y.git", "ref": "refs/pull/3427/head",
+          "commit": "448c6c3", "cherry_picks": [{"commit": "448c6c3", "fetch": "v0.6.0"}]}
+    assert artifacts.validate("a", ok) == []

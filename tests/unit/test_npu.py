@@ -115,6 +115,15 @@ def test_missing_chips_counted(tmp_path):
     assert "lists 14 NPU chips, expected 16" in msg
 
 
+def test_extra_chips_counted(tmp_path):
+    # More chips than the inventory says is a wrong inventory or a wrong node: a plan made
+    # for 16 would leave cards idle or collide with another job's.
+    chips = npu.parse_npu_smi_info(_standin_output(tmp_path, 18))
+    assert len(chips) == 18
+    [msg] = npu.npu_health_problems("n1", chips, 16)
+    assert "lists 18 NPU chips, expected 16" in msg
+
+
 # The older single-die layout (Atlas 800T A2), as published: no Phy-ID column.
 A2_SAMPLE = """\
 +------------------------------------------------------------------------------------------------+
@@ -183,3 +192,48 @@ def test_a_refused_downgrade_is_named_before_anything_runs():
                               allow_downgrade=True)
     assert allowed["refused"] == [] and allowed["actions"]["driver"] == "downgrade"
     assert allowed["disrupts"]
+
+
+# --- the upgrade's job check (roles/npu_driver/tasks/jobs.yml) ---------------------------
+
+
+@pytest.fixture()
+def job_api():
+    """Ray's job API answering GET /api/jobs/ with the jobs the test sets."""
+    import http.server
+    import json
+    import threading
+
+    jobs: list[dict] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):  # noqa: N802 - http.server's naming
+            body = json.dumps(jobs).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}", jobs
+    srv.shutdown()
+
+
+def test_a_pending_job_blocks_a_driver_upgrade_as_a_running_one_does(job_api):
+    # A job Ray has accepted but not yet placed starts on the nodes the upgrade stops.
+    from .conftest import run_module
+
+    url, jobs = job_api
+    jobs += [{"submission_id": s.lower(), "status": s, "entrypoint": "python3 -m x"}
+             for s in ("PENDING", "SUCCEEDED", "STOPPED", "FAILED")]
+    got = run_module("a3rl_ray_jobs", {"url": url, "reachable_only": True})
+    # The role's assert refuses when this list is not empty.
+    assert got["active"] == ["pending (PENDING: python3 -m x)"], got
+    jobs[0]["status"] = "RUNNING"
+    assert run_module("a3rl_ray_jobs", {"url": url, "reachable_only": True})["active"] == [
+        "pending (RUNNING: python3 -m x)"]

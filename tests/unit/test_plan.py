@@ -357,6 +357,23 @@ def test_a_split_with_fewer_stages_than_pp_is_refused():
     assert "the pipeline split [23, 24, 24, 23] has 4 stages, PP is 8" in problems
 
 
+def test_layers_that_do_not_split_evenly_over_pp_need_a_split():
+    # 3 nodes: TP x PP x CP = 8 x 3 x 2 divides the 48 NPUs, so the layers are the only
+    # problem; the 32B runs give no split of their own.
+    pp3 = ["actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=3"]
+    assert refused(key="grpo-qwen3_32b-real", nodes=3, extra=pp3) == [
+        "Qwen3-32B's 64 layers do not split evenly over PP 3: give pipeline_layers"]
+    pp4 = ["actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=4"]
+    assert plan(key="grpo-qwen3_32b-real", extra=pp4).values["train_pp"] == 4
+
+
+def test_a_graph_size_above_max_num_seqs_is_refused():
+    # The largest graph size is 256: one sequence less is refused, equal is the recipe's.
+    assert refused(extra=["actor_rollout_ref.rollout.max_num_seqs=255"]) == [
+        "graph size 256 exceeds max_num_seqs 255"]
+    assert plan(extra=["actor_rollout_ref.rollout.max_num_seqs=256"]).values["max_num_seqs"] == 256
+
+
 def test_a_pp_of_eight_derives_ep_and_the_stage_sizes_from_pp_and_the_split():
     # Issue 26 (mutations): the recipe's 235B runs have TP = PP = 4 and a split whose
     # first and last stages are equal, so EP from TP, or the last stage from the first,
@@ -427,6 +444,14 @@ def test_feature_requirements_and_conflicts():
     assert refused(key="grpo-qwen3_235b-random", features=["hdp"]) == [
         "feature hdp needs actor_rollout_ref.actor.use_dynamic_bsz=True; the plan has "
         "actor_rollout_ref.actor.use_dynamic_bsz=False"]
+
+
+def test_hdp_needs_a_context_parallel_size_of_at_least_two():
+    dynamic = "actor_rollout_ref.actor.use_dynamic_bsz=True"
+    cp = "actor_rollout_ref.actor.megatron.context_parallel_size="
+    assert refused(features=["hdp"], extra=[dynamic, cp + "1"]) == [
+        "feature hdp needs train CP >= 2; this run has CP 1"]
+    assert plan(features=["hdp"], extra=[dynamic, cp + "2"]).values["train_cp"] == 2
 
 
 def test_the_recipe_reward_by_default_and_the_project_grader_only_by_name():

@@ -4,6 +4,7 @@ placed by hand beside the project's files stays and is reported."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 
@@ -87,15 +88,28 @@ def test_a_file_named_like_a_stamp_but_not_one_is_left_alone(tmp_path):
     assert got["kept"][str(store)]["files"] == 3
 
 
+_ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def _git(path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(path), *args], check=True, env=_ENV,
+                          capture_output=True, text=True).stdout.strip()
+
+
 def _git_tree(path, ref: str | None) -> None:
+    """A tree as the project's checkout leaves it (with ``ref``: HEAD detached at it, no
+    branch), or someone's own repository (without: a commit on a branch)."""
     path.mkdir(parents=True)
     (path / "f.py").write_text("x")
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "x"]):
-        subprocess.run(["git", "-C", str(path), *args], check=True, env=env)
+    _git(path, "init", "-q")
+    _git(path, "add", ".")
     if ref:
-        subprocess.run(["git", "-C", str(path), "update-ref", ref, "HEAD"], check=True)
+        commit = _git(path, "commit-tree", _git(path, "write-tree"), "-m", "x")
+        _git(path, "update-ref", ref, commit)
+        _git(path, "checkout", "-q", "--detach", commit)
+    else:
+        _git(path, "commit", "-qm", "x")
 
 
 def test_source_trees_go_only_when_they_carry_the_projects_ref(tmp_path):
@@ -131,10 +145,90 @@ def test_the_working_directory_goes_by_its_pristine_ref(tmp_path):
     (tmp_path / "llm_rl/other").mkdir()
     entry = {"kind": "tree", "path": str(wd), "ref": "refs/a3rl/pristine",
              "top": str(tmp_path / "llm_rl")}
-    purge.purge([entry])
+    got = purge.purge([entry])
     assert not wd.exists() and (tmp_path / "llm_rl/other").is_dir()
+    assert got["kept"] == {} and got["repositories_kept"] == []
     _git_tree(wd, None)  # a folder there that the project did not build
     assert purge.purge([entry])["removed"] == {} and wd.exists()
+
+
+def _workdir(wd) -> None:
+    """A working directory as the staging step leaves it: tracked files of the pristine
+    commit (no branch: HEAD unborn), the pristine ref, no other ref."""
+    (wd / "verl/trainer").mkdir(parents=True)
+    (wd / "verl/trainer/main.py").write_text("main\n")
+    (wd / "verl/trainer/config.yaml").write_text("lr: 1\n")
+    (wd / "run.sh").write_text("#!/bin/sh\n")
+    os.symlink("verl", wd / "link")
+    _git(wd.parent, "init", "-q", wd.name)
+    _git(wd, "add", "-A")
+    tree = _git(wd, "write-tree")
+    _git(wd, "update-ref", "refs/a3rl/pristine", _git(wd, "commit-tree", tree, "-m", "p"))
+
+
+def test_a_purge_of_the_working_directory_keeps_what_the_project_did_not_place(tmp_path):
+    wd = tmp_path / "llm_rl/qwen3"
+    wd.mkdir(parents=True)
+    _workdir(wd)
+    # What a run and a user leave there: a checkpoint, Hydra's outputs, a note, an edit.
+    (wd / "ckpts/global_step_10").mkdir(parents=True)
+    (wd / "ckpts/global_step_10/model.pt").write_bytes(b"w" * 100)
+    (wd / "outputs/2026-12-01/10-00-00/.hydra").mkdir(parents=True)
+    (wd / "outputs/2026-12-01/10-00-00/.hydra/config.yaml").write_text("x")
+    (wd / "verl/trainer/my_notes.txt").write_text("mine")
+    (wd / "run.sh").write_text("#!/bin/sh\necho my change\n")
+    entry = {"kind": "tree", "path": str(wd), "ref": "refs/a3rl/pristine",
+             "top": str(tmp_path / "llm_rl")}
+    seen = purge.purge([entry], check=True)
+    assert (wd / "verl/trainer/main.py").exists()  # check mode removes nothing
+    got = purge.purge([entry])
+    assert set(got["removed"]) == set(seen["removed"]) == {
+        str(wd / "verl/trainer/main.py"), str(wd / "verl/trainer/config.yaml"),
+        str(wd / "link")}
+    assert (wd / "ckpts/global_step_10/model.pt").read_bytes() == b"w" * 100
+    assert (wd / "outputs/2026-12-01/10-00-00/.hydra/config.yaml").exists()
+    assert (wd / "verl/trainer/my_notes.txt").read_text() == "mine"
+    assert "my change" in (wd / "run.sh").read_text()
+    assert got["changed_since"] == [str(wd / "run.sh")]
+    # The repository stays: it is what shows the user their edit.
+    assert got["repositories_kept"] == [str(wd)] and (wd / ".git").is_dir()
+    kept = got["kept"][str(tmp_path / "llm_rl")]
+    assert kept["files"] == 5 and str(wd / ".git") + "/" in kept["first"]
+    assert str(wd / "ckpts/global_step_10/model.pt") in kept["first"]
+
+
+def test_the_working_directory_is_compared_with_the_patched_tree_the_series_recorded(tmp_path):
+    wd = tmp_path / "llm_rl/qwen3"
+    wd.mkdir(parents=True)
+    _workdir(wd)
+    (wd / "verl/trainer/config.yaml").write_text("lr: 2\n")  # as the patch series left it
+    _git(wd, "add", "-A")
+    patched = _git(wd, "write-tree")
+    (wd / ".git/a3rl").mkdir()
+    (wd / ".git/a3rl/series.json").write_text(json.dumps(
+        {"pristine": _git(wd, "rev-parse", "refs/a3rl/pristine"), "tree": patched}))
+    entry = {"kind": "tree", "path": str(wd), "ref": "refs/a3rl/pristine",
+             "top": str(tmp_path / "llm_rl")}
+    got = purge.purge([entry])
+    assert got["changed_since"] == [] and got["repositories_kept"] == []
+    assert not wd.exists() and (tmp_path / "llm_rl").is_dir()
+
+
+@pytest.mark.parametrize("own_work", ["branch", "stash", "commit on top"])
+def test_a_repository_holding_a_users_own_refs_is_kept(tmp_path, own_work):
+    src = tmp_path / "src"
+    _git_tree(src / "verl", "refs/a3rl/pinned")
+    if own_work == "branch":
+        _git(src / "verl", "branch", "mine")
+    elif own_work == "stash":
+        (src / "verl/f.py").write_text("edited")
+        _git(src / "verl", "stash", "-q")
+    else:
+        _git(src / "verl", "commit", "-q", "--allow-empty", "-m", "mine")
+    got = purge.purge([{"kind": "tree", "path": str(src), "children": True,
+                        "ref": "refs/a3rl/pinned", "top": str(src)}])
+    assert not (src / "verl/f.py").exists()  # the pinned file, unedited, goes
+    assert (src / "verl/.git").is_dir() and got["repositories_kept"] == [str(src / "verl")]
 
 
 @pytest.mark.parametrize("entry", [

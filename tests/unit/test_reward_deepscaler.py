@@ -30,6 +30,9 @@ CASES = [
     (THINK + "The answer is \\boxed{8}.", "8", 1.0),
     (THINK + "The answer is 8.", "8", 0.0),  # the boxed 7 was inside the thought
     ("<think>\nstill going... \\boxed{8}", "8", 0.0),  # cut off while thinking
+    # Two thoughts: only what follows the last one is graded, not the second thought.
+    (THINK + "<think>\nagain: \\boxed{5}\n</think>\n\nThe answer is 6.", "5", 0.0),
+    (THINK + "<think>\nagain: \\boxed{5}\n</think>\n\nSo \\boxed{6}.", "6", 1.0),
     ("First \\boxed{3}, corrected: \\boxed{4}", "4", 1.0),
     ("First \\boxed{3}, corrected: \\boxed{4}", "3", 0.0),
     ("\\boxed{\\frac{\\sqrt{3}}{2}}", "\\frac{\\sqrt{3}}{2}", 1.0),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from importlib import metadata
 
 # Changes whenever the output of any converter would (a3rl.datasets).
-CONVERTER_VERSION = "1"
+CONVERTER_VERSION = "2"
 
 
 def output_fingerprint() -> str:

@@ -18,7 +18,8 @@ Decisions, and what they rest on:
   ``extra_info.split`` and ``extra_info.index`` (the item's position in deepscaler.json),
   which verl expects and the recipe's script leaves out. The published file reportedly has
   a few items with no answer (6 of 40,315, per a discussion on its hub page; not checked
-  here): such flawed items (no problem, no answer, not an object) are dropped, their count
+  here): such flawed items (no problem, no answer or a non-finite one such as ``NaN``
+  or ``Infinity``, not an object) are dropped, their count
   and positions recorded (``prepare_report``), and the 90/10 cut is made on the original
   positions, so train and valid hold the recipe's items less the flawed ones. More flawed
   items than ``max_flawed_share`` of the file (default 1%, and never fewer than
@@ -340,7 +341,17 @@ def _deepscaler_item(source: str, i: int, item: object) -> tuple[int, str, str, 
         answer = str(answer)
     if not isinstance(answer, str) or not answer.strip():
         raise DatasetError(f"deepscaler: {source} item {i}: 'answer' is missing or empty")
+    if answer.strip().lstrip("+-").lower() in _NON_FINITE:
+        # Python's json reads the literals NaN and Infinity as floats, and a float NaN
+        # written out by a tool becomes the text "nan": no rule grades a model's answer
+        # equal to it, so the item would only ever score 0.
+        raise DatasetError(
+            f"deepscaler: {source} item {i}: 'answer' {answer.strip()!r} is not a finite number")
     return i, problem, answer, solution if isinstance(solution, str) else ""
+
+
+# How Python and JSON tools spell a NaN or an infinity (a LaTeX \infty is an answer).
+_NON_FINITE = frozenset({"nan", "inf", "infinity"})
 
 
 def _gsm8k(inputs: dict[str, list[Path]]) -> dict[str, pa.Table]:

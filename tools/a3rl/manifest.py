@@ -3,6 +3,7 @@ they are well formed, and where a role finds an artifact's file."""
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -17,6 +18,28 @@ def artifact_names(manifest: dict[str, dict[str, Any]], groups: list[str] | str)
     wanted = None if groups == "all" or groups == ["all"] else set(groups)
     names = [n for n, spec in manifest.items() if wanted is None or spec.get("group") in wanted]
     return sorted(names, key=lambda n: manifest[n].get("kind") == "wheelhouse")
+
+
+def group_problems(manifest: dict[str, Any], groups: Any, variable: str) -> list[str]:
+    """``groups`` as a play names them (``all``, or a list of the manifest's groups):
+    a string is not split into letters, and a group no entry has is not taken for
+    "nothing to fetch" (the bundle would then be made with an empty checksum list)."""
+    if groups == "all" or groups == ["all"]:
+        return []
+    known = sorted({str(s["group"]) for s in manifest.values()
+                    if isinstance(s, dict) and s.get("group")})
+    if not isinstance(groups, list):
+        items = ([g.strip() for g in groups.split(",") if g.strip()]
+                 if isinstance(groups, str) else ["..."])
+        return [f"{variable} is {groups!r}, not a list of artifact groups (or all). Fix: "
+                "give a list, on the command line as JSON: -e '"
+                + json.dumps({variable: items}) + "' (-e name=value always gives a string)."]
+    unknown = [g for g in groups if g not in known]
+    if unknown:
+        return [f"{variable} names {', '.join(repr(g) for g in unknown)}, which no artifact of "
+                f"the manifest has as its group (groups: {', '.join(known)}); nothing would be "
+                f"fetched for it. Fix: name groups of the manifest in {variable}, or all."]
+    return []
 
 
 def artifact_problems(manifest: dict[str, dict[str, Any]], names: list[str]) -> list[str]:

@@ -7,17 +7,23 @@ function returns a list of problems; each problem names the host and says the fi
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import os
+import re
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from a3rl import ray
+import yaml
+
+from a3rl import manifest, ray, rolevars
 from a3rl.node import artifacts
 from a3rl.node.fanout import whole_number
+from a3rl.paths import project_root
 
 CLUSTER_GROUPS = ("head", "workers")
 
@@ -463,8 +469,32 @@ POSITIVE_SETTINGS = ("artifact_store_fanout_connect_timeout", "artifact_store_fa
                      "artifact_store_fanout_min_rate")
 
 
-# Folders every stage writes under (and teardown purges in): absolute, below /, no "..".
-PATH_SETTINGS = ("a3rl_data_root", "a3rl_shared_dir", "a3rl_workdir", "a3rl_assets_dir")
+# Folders every stage writes under (and teardown purges in): absolute, below /, no "..",
+# not a system folder. The env folder (the scripts every job sources) is checked the same
+# way; it is read by `bash -c` lines and by the Ray unit's start script.
+PATH_SETTINGS = ("a3rl_data_root", "a3rl_shared_dir", "a3rl_workdir", "a3rl_assets_dir",
+                 "a3rl_env_dir")
+# Folders of the operating system: a data root there would have the stages write into it
+# and teardown remove from it. Below the kernel's own filesystems nothing is data at all.
+SYSTEM_FOLDERS = frozenset((
+    "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/media", "/mnt",
+    "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/usr/bin",
+    "/usr/lib", "/usr/lib64", "/usr/local", "/usr/sbin", "/usr/share", "/var", "/var/cache",
+    "/var/lib", "/var/log", "/var/tmp",
+))
+KERNEL_FOLDERS = ("/dev", "/proc", "/run", "/sys")
+# What a value may hold where it is written into a shell script, a `bash -c` line or an
+# env file unquoted (a host name in a script's comment, a container name, a folder): a
+# newline ends the comment or the command, a quote or a space splits it.
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+SAFE_PATH = re.compile(r"/[A-Za-z0-9_.+@=/-]*")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# The env dicts rendered into cluster_env.sh as `export KEY=...`.
+ENV_SETTINGS = ("recipe_env_hccl", "recipe_env_torch", "recipe_env_runtime",
+                "recipe_env_logging", "recipe_env_extra")
+# Model profile keys, and the container every `docker exec` of a role names.
+MODEL_SETTINGS = ("a3rl_default_model", "recipe_env_model")
+CONTAINER_SETTING = re.compile(r"training_container_name|[a-z0-9_]+_container")
 
 
 def _grouped(found: dict[tuple[str, str], list[str]]) -> list[str]:
@@ -473,8 +503,9 @@ def _grouped(found: dict[tuple[str, str], list[str]]) -> list[str]:
 
 
 def setting_problems(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> list[str]:
-    """Problems with the values of the port, size and count settings set for ``hosts``
-    (in the inventory or with -e; a role default is not in hostvars and is right)."""
+    """Problems with the values of the port, size, count, list, folder and name settings
+    set for ``hosts`` (in the inventory or with -e; a role default is not in hostvars and
+    is right)."""
     found: dict[tuple[str, str], list[str]] = {}
 
     def bad(host: str, name: str, text: str) -> None:
@@ -484,39 +515,336 @@ def setting_problems(hosts: Sequence[str], hostvars: Mapping[str, Any]) -> list[
         hv = hostvars.get(h) if hasattr(hostvars, "get") else hostvars[h]
         if hv is None:
             continue
-        for name in PORT_SETTINGS:
-            if name in hv:
-                n = whole_number(hv[name])
-                if n is None or not 0 < n < 65536:
-                    bad(h, name, f"{name} {hv[name]!r} is not a TCP port (a whole number from 1 "
-                                 f"to 65535, ASCII digits). Fix: set {name} to a free port in "
-                                 "the inventory (or drop it for the default).")
-        for name in COUNT_SETTINGS + POSITIVE_SETTINGS:
-            if name in hv:
-                n = whole_number(hv[name])
-                floor = 1 if name in POSITIVE_SETTINGS else 0
-                if n is None or n < floor:
-                    what = "above 0" if floor else "0 or more"
-                    bad(h, name, f"{name} {hv[name]!r} is not a whole number {what} (bytes, "
-                                 "B/s, KiB/s or seconds: no unit suffix). Fix: write it as "
-                                 f"plain digits, e.g. {name}: 1000000000 for 1 GB.")
-        for name in PATH_SETTINGS:
-            value = hv.get(name) if name in hv else None
-            if value in (None, "") and name == "a3rl_shared_dir":
-                continue  # empty: no shared storage
-            if name in hv and (not isinstance(value, str) or not value.startswith("/")
-                               or not os.path.normpath(value).strip("/")
-                               or ".." in value.split("/")):
-                bad(h, name, f"{name} {value!r} is not an absolute folder below / (without "
-                             "'..'); the stages write under it and teardown removes from it. "
-                             f"Fix: set {name} to a folder such as /data/a3rl.")
-        if "preflight_disk_requirements" in hv:
-            for text in disk_requirement_problems(hv["preflight_disk_requirements"]):
-                bad(h, "preflight_disk_requirements", text)
-        if "ray_cluster_firewall_allow" in hv:
-            for text in firewall_allow_problems(hv["ray_cluster_firewall_allow"]):
-                bad(h, "ray_cluster_firewall_allow", text)
+        for name, text in _host_setting_problems(h, hv):
+            bad(h, name, text)
     return _grouped(found)
+
+
+def _host_setting_problems(host: str, hv: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(setting, problem) for one host's values."""
+    out: list[tuple[str, str]] = []
+    not_lists = set()
+    for name, text in list_type_problems(hv):
+        not_lists.add(name)
+        out.append((name, text))
+    for name in PORT_SETTINGS:
+        if name in hv:
+            n = whole_number(hv[name])
+            if n is None or not 0 < n < 65536:
+                out.append((name, f"{name} {hv[name]!r} is not a TCP port (a whole number from 1 "
+                                  f"to 65535, ASCII digits). Fix: set {name} to a free port in "
+                                  "the inventory (or drop it for the default)."))
+    for name in COUNT_SETTINGS + POSITIVE_SETTINGS:
+        if name in hv:
+            n = whole_number(hv[name])
+            floor = 1 if name in POSITIVE_SETTINGS else 0
+            if n is None or n < floor:
+                what = "above 0" if floor else "0 or more"
+                out.append((name, f"{name} {hv[name]!r} is not a whole number {what} (bytes, "
+                                  "B/s, KiB/s or seconds: no unit suffix). Fix: write it as "
+                                  f"plain digits, e.g. {name}: 1000000000 for 1 GB."))
+    for name in PATH_SETTINGS:
+        if name in hv:
+            out.extend((name, t) for t in folder_problems(name, hv[name]))
+    if "preflight_disk_requirements" in hv and "preflight_disk_requirements" not in not_lists:
+        out.extend(("preflight_disk_requirements", t)
+                   for t in disk_requirement_problems(hv["preflight_disk_requirements"]))
+    if "ray_cluster_firewall_allow" in hv and "ray_cluster_firewall_allow" not in not_lists:
+        out.extend(("ray_cluster_firewall_allow", t)
+                   for t in firewall_allow_problems(hv["ray_cluster_firewall_allow"]))
+    out.extend(name_problems(host, hv))
+    out.extend(("ports", t) for t in listener_problems(hv))
+    out.extend(group_name_problems(hv))
+    return out
+
+
+def folder_problems(name: str, value: Any) -> list[str]:
+    """A folder setting: absolute, below / (no ".."), not a folder of the operating system
+    or under the kernel's own filesystems, and only characters no script reads as syntax."""
+    if value in (None, "") and name == "a3rl_shared_dir":
+        return []  # empty: no shared storage
+    if (not isinstance(value, str) or not value.startswith("/")
+            or not os.path.normpath(value).strip("/") or ".." in value.split("/")):
+        return [f"{name} {value!r} is not an absolute folder below / (without '..'); the "
+                "stages write under it and teardown removes from it. Fix: set "
+                f"{name} to a folder such as /data/a3rl."]
+    norm = "/" + os.path.normpath(value).strip("/")
+    if norm in SYSTEM_FOLDERS or any(norm.startswith(k + "/") for k in KERNEL_FOLDERS):
+        return [f"{name} {value!r} is a folder of the operating system; the stages would "
+                "write into it and teardown remove from it. Fix: set "
+                f"{name} to a folder of its own, such as /data/a3rl."]
+    if not SAFE_PATH.fullmatch(value):
+        return [f"{name} {value!r} holds {_unsafe(value, SAFE_PATH)}, which the env scripts "
+                "and the Ray unit's start script it is written into would read as shell "
+                f"syntax. Fix: set {name} to a folder whose path has only letters, digits "
+                "and . _ - + @ = /."]
+    return []
+
+
+def _unsafe(value: str, pattern: re.Pattern[str]) -> str:
+    """The first character of ``value`` that ``pattern`` does not allow, named."""
+    for i in range(len(value), 0, -1):
+        if pattern.fullmatch(value[:i]):
+            bad = value[i:i + 1]
+            break
+    else:
+        bad = value[:1]
+    return {"\n": "a newline", " ": "a space", "'": "a quote", '"': "a quote",
+            "\t": "a tab"}.get(bad, f"{bad!r}" if bad else "nothing")
+
+
+def name_problems(host: str, hv: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Names written into scripts and env files: the host's own name (in the env
+    scripts' header), the model profile keys, the containers `docker exec` is run in, and
+    the names of the env scripts' variables."""
+    out = []
+    if not SAFE_NAME.fullmatch(host):
+        out.append(("host", f"the host name {host!r} holds {_unsafe(host, SAFE_NAME)}, and it is "
+                            "written into the node's env scripts. Fix: rename the host in the "
+                            "inventory (letters, digits, . _ -) and keep its address in "
+                            "ansible_host."))
+    for name in MODEL_SETTINGS:
+        value = hv.get(name) if name in hv else None
+        if value is not None and (not isinstance(value, str) or not SAFE_NAME.fullmatch(value)):
+            out.append((name, f"{name} {value!r} is not a model profile key (letters, digits, "
+                              ". _ -; it is written into the model env script). Fix: set "
+                              f"{name} to a key of a3rl_models, such as qwen3_32b."))
+    models = hv.get("a3rl_models") if "a3rl_models" in hv else None
+    for key, profile in (models.items() if isinstance(models, Mapping) else []):
+        label = profile.get("name") if isinstance(profile, Mapping) else None
+        if label is not None and (not isinstance(label, str) or not SAFE_NAME.fullmatch(label)):
+            out.append(("a3rl_models", f"a3rl_models.{key}.name {label!r} is not a model name "
+                                       "(letters, digits, . _ -; it is written into the model env "
+                                       f"script). Fix: correct a3rl_models.{key}.name."))
+    for name in sorted(k for k in hv if CONTAINER_SETTING.fullmatch(str(k))):
+        value = hv[name]
+        if isinstance(value, str) and not SAFE_NAME.fullmatch(value):
+            out.append((name, f"{name} {value!r} is not a container name (letters, digits, "
+                              ". _ -, as Docker allows; it is written into the Ray unit's start "
+                              f"script). Fix: set {name} to a name such as a3rl-train."))
+    for name in ENV_SETTINGS:
+        env = hv.get(name) if name in hv else None
+        for key in (env if isinstance(env, Mapping) else {}):
+            if not ENV_NAME.fullmatch(str(key)):
+                out.append((name, f"{name}: {str(key)!r} is not a shell variable name (letters, "
+                                  "digits and _, not starting with a digit); cluster_env.sh "
+                                  "exports it. Fix: rename it in the inventory."))
+    return out
+
+
+# ------------------------------------------------------- list- and dict-typed settings
+
+# A default that only hands on another variable (npu_network_device_ips is
+# "{{ npu_device_ips | default([]) }}"): that variable is checked as the same type.
+_REF_DEFAULT = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:\|\s*default\([^()]*\)\s*)?\}\}")
+
+
+@functools.lru_cache(maxsize=4)
+def typed_settings(roles: str = "") -> dict[str, tuple[str, str]]:
+    """Every role variable whose argument spec says ``type: list`` or ``type: dict``,
+    with its role and type.
+
+    Ansible's argument validation accepts a string for such a variable (it splits "22"
+    into ["22"], or parses "a=1", to validate it) but hands the role the string
+    unchanged, which a loop then reads one character at a time:
+    ``-e ray_cluster_firewall_open_ports=22`` opened port 2 and closed SSH. The names come
+    from the specs, so that a new list variable is checked without being listed twice."""
+    folder = Path(roles) if roles else project_root() / "roles"
+    out: dict[str, tuple[str, str]] = {}
+    handed_on: dict[str, tuple[str, str]] = {}
+    for role in rolevars.role_dirs(folder):
+        for key, opt in rolevars.spec_options(role).items():
+            if opt.get("type") in ("list", "dict"):
+                out.setdefault(key, (role.name, opt["type"]))
+                ref = _REF_DEFAULT.fullmatch(str(opt.get("default", "")).strip())
+                if ref:
+                    handed_on.setdefault(ref.group(1), (role.name, opt["type"]))
+    return {**handed_on, **out}
+
+
+def list_type_problems(hv: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(setting, problem) for each list- or dict-typed variable set to something else."""
+    out = []
+    for name, (role, kind) in typed_settings().items():
+        if name not in hv:
+            continue
+        value = hv[name]
+        if isinstance(value, list if kind == "list" else Mapping):
+            continue
+        if kind == "dict":
+            out.append((name, f"{name} is {value!r} ({_kind(value)}), not a mapping: the role "
+                              f"{role} reads it by key. Fix: give a mapping, in the inventory as "
+                              "YAML, on the command line as JSON: -e '{\"" + name + "\": {...}}' "
+                              "(-e name=value always gives a string)."))
+            continue
+        items = ([v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str)
+                 else ["..."])
+        out.append((name, f"{name} is {value!r} ({_kind(value)}), not a list: the role {role} "
+                          "would read it one character (or key) at a time. Fix: give a list, "
+                          "in the inventory as a YAML list, on the command line as JSON: -e '"
+                          + json.dumps({name: items}) + "' (-e name=value always gives a "
+                          "string)."))
+    return out
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    return "null" if value is None else f"a {type(value).__name__}"
+
+
+# ------------------------------------------------------------------ listeners' ports
+# Every port a node listens on, by the setting that moves it (or fixed by Ray), so that
+# two listeners on one port are refused here instead of one of them failing to start
+# after every stage before Ray's changed the nodes.
+
+LISTENER_SETTINGS = (
+    "ray_cluster_gcs_port", "ray_cluster_dashboard_port", "ray_cluster_client_server_port",
+    "ray_cluster_node_manager_port", "ray_cluster_object_manager_port",
+    "ray_cluster_runtime_env_agent_port", "ray_cluster_dashboard_agent_grpc_port",
+    "ray_cluster_dashboard_agent_http_port", "ray_cluster_metrics_export_port",
+    "artifact_store_fanout_port",
+)
+FIXED_LISTENERS = (
+    ("Ray's dashboard metrics port (fixed by Ray)", ray.DASHBOARD_METRICS_PORT,
+     ray.DASHBOARD_METRICS_PORT),
+    ("Ray's autoscaler metrics port (fixed by Ray)", ray.AUTOSCALER_METRICS_PORT,
+     ray.AUTOSCALER_METRICS_PORT),
+    ("Ray client's specific-server ports (fixed by Ray)", *ray.CLIENT_SPECIFIC_PORTS),
+)
+_VAR_REF = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+Span = tuple[str, int, int]
+
+
+@functools.lru_cache(maxsize=4)
+def listener_defaults(root: str = "") -> dict[str, Any]:
+    """The roles' own values of the listeners' settings (hostvars hold only what the
+    inventory or -e set), and the cluster-wide ones they refer to."""
+    base = Path(root) if root else project_root()
+    out: dict[str, Any] = {}
+    for role in ("ray_cluster", "artifact_store", "recipe_env"):
+        out.update(rolevars.defaults(base / "roles" / role))
+    cluster = base / "group_vars" / "all" / "cluster.yml"
+    if cluster.is_file():
+        out.update(yaml.safe_load(cluster.read_text()) or {})
+    return out
+
+
+def _setting(hv: Mapping[str, Any], name: str, defaults: Mapping[str, Any]) -> tuple[Any, str]:
+    """A setting's value and the name it is set under: a default that only names another
+    variable ("{{ a3rl_ray_gcs_port }}") is followed to it."""
+    shown = name
+    for _ in range(5):
+        value = hv[name] if name in hv else defaults.get(name)
+        ref = _VAR_REF.fullmatch(value) if isinstance(value, str) else None
+        if not ref:
+            return value, shown
+        name = ref.group(1)
+        if shown not in hv:
+            shown = name
+    return None, shown
+
+
+def listener_spans(hv: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
+                   ) -> tuple[list[Span], list[str]]:
+    """Each listener's ports as (label, first, last), and the problems of the ranges
+    themselves. A value that is not a port is left out: its own check names it."""
+    defaults = listener_defaults() if defaults is None else defaults
+    spans: list[Span] = []
+    problems: list[str] = []
+    for name in LISTENER_SETTINGS:
+        value, shown = _setting(hv, name, defaults)
+        n = whole_number(value)
+        if n is not None and 0 < n < 65536:
+            spans.append((f"{shown} {n}", n, n))
+    lo_v, lo_name = _setting(hv, "ray_cluster_min_worker_port", defaults)
+    hi_v, hi_name = _setting(hv, "ray_cluster_max_worker_port", defaults)
+    lo, hi = whole_number(lo_v), whole_number(hi_v)
+    if lo is not None and hi is not None and 0 < lo < 65536 and 0 < hi < 65536:
+        if lo > hi:
+            problems.append(f"{lo_name} {lo} is above {hi_name} {hi}: Ray would have no "
+                            f"worker ports. Fix: set {lo_name} below {hi_name}.")
+        else:
+            spans.append((f"Ray's worker ports {lo}-{hi} ({lo_name}..{hi_name})", lo, hi))
+    hccl, hccl_problem = _hccl_span(hv, defaults)
+    spans.extend([hccl] if hccl else [])
+    problems.extend([hccl_problem] if hccl_problem else [])
+    spans.extend(FIXED_LISTENERS)
+    return spans, problems
+
+
+def _hccl_span(hv: Mapping[str, Any], defaults: Mapping[str, Any]
+               ) -> tuple[Span | None, str | None]:
+    """HCCL's host ports: ``recipe_env_hccl_port_count`` ports from HCCL_IF_BASE_PORT on,
+    as the recipe_env role reserves them (a recipe_env_hccl that is not a mapping is named by
+    the check of the dict-typed settings)."""
+    hccl, _ = _setting(hv, "recipe_env_hccl", defaults)
+    if not isinstance(hccl, Mapping):
+        return None, None
+    count_v, _ = _setting(hv, "recipe_env_hccl_port_count", defaults)
+    base_v = hccl.get("HCCL_IF_BASE_PORT")
+    base, count = whole_number(base_v), whole_number(count_v)
+    if base is None or count is None or count < 1 or base < 1024 or base + count - 1 > 65535:
+        return None, (f"recipe_env_hccl.HCCL_IF_BASE_PORT {base_v!r} with "
+                      f"recipe_env_hccl_port_count {count_v!r} is not a range of ports within "
+                      "1024-65535 (HCCL listens on that many ports from the base). Fix: set "
+                      "both as plain numbers, e.g. HCCL_IF_BASE_PORT: 64021 and 32.")
+    last = base + count - 1
+    return (f"the HCCL ports {base}-{last} (recipe_env_hccl.HCCL_IF_BASE_PORT + "
+            "recipe_env_hccl_port_count)", base, last), None
+
+
+def listener_problems(hv: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
+                      ) -> list[str]:
+    """Two listeners of a node on one port (the head runs them all), and ports of the
+    firewall settings that are not ports or that open a listener to every source."""
+    spans, problems = listener_spans(hv, defaults)
+    for i, (b, b_lo, b_hi) in enumerate(spans):
+        earlier = [a for a, a_lo, a_hi in spans[:i] if a_lo <= b_hi and b_lo <= a_hi]
+        if earlier:
+            problems.append(f"{b} overlaps {', '.join(earlier)}: two listeners cannot use one "
+                            "port. Fix: move one of them in the inventory so that no two "
+                            "overlap.")
+    for name in ("ray_cluster_firewall_open_ports", "ray_cluster_firewall_peer_ports"):
+        entries = hv.get(name) if name in hv else None
+        for entry in entries if isinstance(entries, list) else []:
+            span = port_span(entry)
+            if span is None:
+                problems.append(f"{name} entry {entry!r} is not a port or a range a:b of ports "
+                                f"1-65535. Fix: correct {name}, e.g. [\"22\"].")
+            elif name.endswith("open_ports"):
+                problems.extend(
+                    f"{name} entry {entry!r} opens {label} to every source (Ray's ports run "
+                    f"code for whoever reaches them). Fix: take it out of {name}; the other "
+                    "nodes reach the ports they need without it."
+                    for label, lo, hi in spans if span[0] <= hi and lo <= span[1])
+    return problems
+
+
+def port_span(entry: Any) -> tuple[int, int] | None:
+    """``22``, ``"9100"``, ``"64021:64052"`` or ``"64021-64052"`` as (first, last), or
+    None when it is not a port or a range of ports 1-65535 (as the Ray role reads it)."""
+    if isinstance(entry, bool) or not isinstance(entry, int | str):
+        return None
+    text = str(entry).strip().replace("-", ":")
+    a, sep, b = text.partition(":")
+    lo, hi = whole_number(a), whole_number(b if sep else a)
+    if lo is None or hi is None or not 0 < lo <= hi <= 65535:
+        return None
+    return lo, hi
+
+
+def group_name_problems(hv: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``artifact_store_groups`` naming a group no artifact has: the store would fetch
+    nothing for it, and a later stage would miss the files."""
+    groups = hv.get("artifact_store_groups") if "artifact_store_groups" in hv else None
+    manifest_ = hv.get("a3rl_manifest") if "a3rl_manifest" in hv else None
+    if not isinstance(groups, list) or not isinstance(manifest_, Mapping):
+        return []
+    return [("artifact_store_groups", p) for p in
+            manifest.group_problems(manifest_, groups, "artifact_store_groups")]
 
 
 def disk_requirement_problems(requirements: Any) -> list[str]:

@@ -8,8 +8,9 @@ module: a3rl_purge
 short_description: Remove the files the project's records name, and say what was kept
 description:
   - Each entry names one kind of record (see a3rl.node.purge) - stamped (verified copies and
-    their stamps), tree (a git tree carrying the project's ref), folder (a folder named
-    after the project's record), files (named files in a folder).
+    their stamps), tree (the files of the tree a git checkout carrying the project's ref
+    placed, unedited; or a folder holding the project's record file), files (named files
+    in a folder).
   - Nothing else under an entry's top folder is removed; what stays is returned as kept.
   - Check mode - reports what would be removed, removes nothing.
 options:
@@ -30,7 +31,12 @@ kept:
   type: dict
   returned: always
 changed_since:
-  description: Recorded files whose size changed since they were placed (kept).
+  description: Recorded files whose size or content changed since they were placed (kept).
+  type: list
+  returned: always
+repositories_kept:
+  description: Trees whose repository (.git) stays, because other files stay beside it or
+    it holds refs of its own.
   type: list
   returned: always
 """

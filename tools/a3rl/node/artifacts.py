@@ -24,6 +24,7 @@ library only, Python 3.8+.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import fnmatch
@@ -38,6 +39,7 @@ import tarfile
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -109,13 +111,16 @@ def validate(name: str, spec: dict[str, Any]) -> list[str]:
         problems.append(f"artifact {name}: sha256 {sha!r} is not 64 lowercase hex digits.")
     problems.extend(dest_problems(name, spec))
     problems.extend(source_problems(name, spec))
-    for key in ("constraints", "build_from_sdist", "find_links"):
+    problems.extend(shape_problems(name, spec))
+    for key in ("constraints", "build_from_sdist", "find_links", "allow_patterns", "platforms"):
         value = spec.get(key)
         if value is not None and (
             not isinstance(value, list) or not all(isinstance(v, str) and v for v in value)
         ):
             problems.append(
-                f"artifact {name}: `{key}` is {value!r}; expected a list of strings."
+                f"artifact {name}: `{key}` is {value!r}; expected a list of strings (a string "
+                f"would be read one character at a time). Fix: write it as a YAML list in "
+                f"a3rl_artifacts or a3rl_artifact_overrides.{name}."
             )
     for line in spec.get("constraints") or []:
         if isinstance(line, str) and "[" in line.split(";")[0]:
@@ -123,12 +128,45 @@ def validate(name: str, spec: dict[str, Any]) -> list[str]:
                 f"artifact {name}: constraint {line!r} names extras, which pip refuses in "
                 "a constraint. Fix: write the name alone (ray, not ray[default])."
             )
-    for pick in spec.get("cherry_picks") or []:
+    for pick in spec.get("cherry_picks") if isinstance(spec.get("cherry_picks"), list) else []:
         if not isinstance(pick, dict) or not pick.get("commit"):
             problems.append(
                 f"artifact {name}: each cherry_picks entry needs `commit` "
                 "(and `fetch`, the ref that holds it)."
             )
+    return problems
+
+
+def shape_problems(name: str, spec: dict[str, Any]) -> list[str]:
+    """Fields whose type the fetch relies on: ``size`` (bytes, compared with free disk),
+    a wheelhouse's ``requirements`` (a list of lines, or the file ``path`` in a git
+    ``artifact``) and ``cherry_picks`` (a list): refused here, not a traceback later."""
+    problems = []
+    fix = f"Fix: correct it in a3rl_artifacts or a3rl_artifact_overrides.{name}."
+    size = spec.get("size")
+    if size is not None and not (
+            (isinstance(size, int) and not isinstance(size, bool) and size >= 0)
+            or (isinstance(size, str) and size.isascii() and size.isdigit())):
+        problems.append(f"artifact {name}: size {size!r} is not a whole number of bytes (no "
+                        f"unit suffix: 10GB is 10000000000). {fix}")
+    req = spec.get("requirements")
+    if spec.get("kind") == "wheelhouse" and req:
+        if isinstance(req, dict):
+            missing = [k for k in ("artifact", "path")
+                       if not isinstance(req.get(k), str) or not req.get(k)]
+            if missing:
+                problems.append(
+                    f"artifact {name}: requirements {req!r} lacks {' and '.join(missing)}: it "
+                    "names the file `path` in the git `artifact` that holds it, or lists the "
+                    f"requirement lines. {fix}")
+        elif not isinstance(req, list) or not all(isinstance(v, str) for v in req):
+            problems.append(
+                f"artifact {name}: requirements {req!r} is neither {{artifact, path}} nor a "
+                f"list of requirement lines. {fix}")
+    picks = spec.get("cherry_picks")
+    if picks is not None and not isinstance(picks, list):
+        problems.append(f"artifact {name}: cherry_picks {picks!r} is not a list of "
+                        f"{{commit, fetch}}. {fix}")
     return problems
 
 
@@ -153,6 +191,12 @@ def revision_problem(name: str, spec: dict[str, Any]) -> str:
 # The store's own files: an entry whose dest names one would overwrite (or prune) them.
 _STORE_OWN = (MANIFEST, MANIFEST + ".tmp", ".lock")
 
+
+# A git ref, a commit or a dest as scripts may meet them: no space, quote or newline.
+_GIT_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/+@-]*")
+_DEST = re.compile(r"[A-Za-z0-9._/+@=-]+")
+# The store's own folders (git bundles and fetch caches, wheelhouses).
+_STORE_DIRS = ("git", "python")
 
 # A hub id: owner/name, each a plain name (ModelScope's and Hugging Face's form).
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -183,6 +227,16 @@ def source_problems(name: str, spec: dict[str, Any]) -> list[str]:
     if kind == "git" and isinstance(spec.get("ref"), str) and spec["ref"].startswith("-"):
         problems.append(f"artifact {name}: ref {spec['ref']!r} begins with '-', which git "
                         f"reads as an option. {fix}")
+    elif kind == "git":
+        picks = spec.get("cherry_picks") if isinstance(spec.get("cherry_picks"), list) else []
+        refs = [("ref", spec.get("ref")), ("commit", spec.get("commit"))] + [
+            (f"cherry_picks {key}", pick.get(key)) for pick in picks if isinstance(pick, dict)
+            for key in ("commit", "fetch")]
+        for what, ref in refs:
+            if ref not in (None, "") and not _GIT_REF.fullmatch(str(ref)):
+                problems.append(f"artifact {name}: {what} {str(ref)!r} is not a git ref or "
+                                "commit (letters, digits and . _ / + @ -; no space, quote or "
+                                f"newline, which a script it reaches would read as syntax). {fix}")
     return problems
 
 
@@ -211,6 +265,14 @@ def dest_problems(name: str, spec: dict[str, Any]) -> list[str]:
     if key in _STORE_OWN or key.split("/")[0] in _STORE_OWN:
         return [f"artifact {name}: dest {dest!r} is the store's own file {key.split('/')[0]} "
                 f"(its record or lock). {fix}"]
+    if key.split("/")[0] in _STORE_DIRS:
+        return [f"artifact {name}: dest {dest!r} is in the store's own folder "
+                f"{key.split('/')[0]}/ (git bundles and fetch caches, wheelhouses), which the "
+                f"store writes and prunes itself. {fix}"]
+    if not _DEST.fullmatch(dest):
+        return [f"artifact {name}: dest {dest!r} holds a character other than letters, digits "
+                "and . _ / + @ = - (a space, a quote or a newline would be read as syntax by a "
+                f"script it reaches). {fix}"]
     return []
 
 
@@ -500,6 +562,35 @@ def fetch_git(
 
 # ------------------------------------------------------------------------------ http
 
+# The userinfo of a URL (``https://user:password@host/``): a credential, never written out.
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/?#@\s'\"]+@")
+
+
+def redact(text: str) -> str:
+    """``text`` with the userinfo of every URL in it replaced by ``***``: messages, logs
+    and errors (git's included) may name a URL that carries a credential."""
+    return _USERINFO.sub(r"\1***@", text)
+
+
+def url_credentials(spec: dict[str, Any]) -> list[str]:
+    """The userinfo in an artifact's URLs, for a caller that masks values (Ansible's
+    ``no_log_values``): the module's own arguments are echoed in its result."""
+    found = []
+    for key in ("url", "index_url"):
+        value = spec.get(key)
+        if isinstance(value, str):
+            found += [m.group(0)[len(m.group(1)):-1] for m in _USERINFO.finditer(value)]
+    return found
+
+
+def _split_userinfo(url: str) -> tuple[str, str | None]:
+    """(the URL without its userinfo, the userinfo or None). urllib cannot send a URL's
+    userinfo itself; it goes as a Basic authorization header instead."""
+    m = _USERINFO.match(url)
+    if not m:
+        return url, None
+    return m.group(1) + url[m.end():], urllib.parse.unquote(m.group(0)[len(m.group(1)):-1])
+
 
 def download(
     url: str,
@@ -513,7 +604,13 @@ def download(
     part = dest + ".part"
     os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
     have = os.path.getsize(part) if os.path.exists(part) else 0
-    req = urllib.request.Request(url, headers=dict(headers or {}))
+    bare, userinfo = _split_userinfo(url)
+    headers = dict(headers or {})
+    if userinfo is not None:
+        headers.setdefault("Authorization",
+                           "Basic " + base64.b64encode(userinfo.encode()).decode("ascii"))
+    url = redact(url)  # every message below names it
+    req = urllib.request.Request(bare, headers=headers)
     if have:
         req.add_header("Range", f"bytes={have}-")
         log(f"resuming {url} at byte {have}")
@@ -968,7 +1065,26 @@ def ensure(
     ``token`` (a hub token) is passed to the hub client only; it is never recorded.
 
     Returns ``{"changed": bool, "action": present|fetched|would_fetch, "entry": {...}}``.
+    Every log line and error has the userinfo of its URLs masked (``redact``).
     """
+    try:
+        return _ensure(store, name, spec, offline, check, refresh,
+                       lambda m: log(redact(m)), token, host)
+    except ArtifactError as e:
+        raise ArtifactError(redact(str(e))) from None
+
+
+def _ensure(
+    store: str,
+    name: str,
+    spec: dict[str, Any],
+    offline: bool,
+    check: bool,
+    refresh: bool,
+    log: Callable[[str], None],
+    token: str | None,
+    host: str,
+) -> dict[str, Any]:
     problems = validate(name, spec)
     if problems:
         raise ArtifactError(" ".join(problems))

@@ -10,11 +10,20 @@ so a purge never removes a folder wholesale. It reads the project's own records:
   ``a3rl.node.stage.check_files`` after the copy's sha256 matched) names a file the project
   placed at ``<root>/<path>``. The file goes, with its stamp, when its size is still the
   recorded one; a file changed since (another size) is kept and reported.
-- ``tree``: a source tree (each child of ``path`` with ``children``) or the recipe working
-  directory, a git repository carrying the project's own ref (``refs/a3rl/pinned`` from
-  ``a3rl.node.stage.checkout``, ``refs/a3rl/pristine`` from ``build_workdir``), or a folder
-  holding the project's record file (``a3rl-conversion.json``, a finished Megatron
-  dist-checkpoint). A folder there without it is not the project's and is kept.
+- ``tree`` with ``ref``: a source tree (each child of ``path`` with ``children``) or the
+  recipe working directory, a git repository carrying the project's own ref
+  (``refs/a3rl/pinned`` from ``a3rl.node.stage.checkout``, ``refs/a3rl/pristine`` from
+  ``build_workdir``). The tree the project placed is the ref's (for the working
+  directory, the patched tree ``.git/a3rl/series.json`` records for that pristine commit),
+  with its submodules at their gitlinks. Only the files of that tree whose content is
+  still the recorded one go; an edited file is kept and reported, and anything the tree
+  does not hold (checkpoints, Hydra outputs, caches, users' files) is kept and listed.
+  The repository itself (``.git``) goes only when nothing else is left in its folder and
+  it holds no ref of its own (a branch, a stash, a commit checked out on top): it is
+  what a user needs to see their edits.
+- ``tree`` with ``marker``: a folder holding the project's record file
+  (``a3rl-conversion.json``, a finished Megatron dist-checkpoint), removed whole.
+  A folder there without it is not the project's and is kept.
 - ``files``: named files or folders in a folder, named by the project's own record: the
   extra patches (the controller's ``patches/`` list), the wheel folder (named by the
   wheelhouse's sha256 in the store's record).
@@ -25,6 +34,7 @@ everything else under ``top`` is kept and listed, so the play can say what staye
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -32,6 +42,11 @@ import subprocess
 from typing import Any
 
 STAMP_SUFFIX = ".sha256"
+# The patched tree a3rl.node.patch_series switched the working directory to.
+SERIES_STATE = os.path.join("a3rl", "series.json")
+# Refs the project writes; any other ref in a tree's repository is someone's own work.
+OWN_REF_PREFIXES = ("refs/a3rl/", "refs/remotes/")
+_GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C"}
 _STAMP = re.compile(r"^[0-9a-f]{64}  (\d+)  \d+\n?$")
 KINDS = ("stamped", "tree", "files")
 
@@ -70,13 +85,98 @@ def _bytes(path: str) -> int:
     return total
 
 
+def _git(path: str, args: list[str], stdin: str | None = None) -> str | None:
+    """git's output in ``path``, or None when it fails."""
+    proc = subprocess.run(["git", "-C", path, *args], capture_output=True, input=stdin,
+                          text=True, env={**os.environ, **_GIT_ENV})
+    return proc.stdout if proc.returncode == 0 else None
+
+
 def _has_ref(path: str, ref: str) -> bool:
     if not os.path.isdir(os.path.join(path, ".git")):
         return False
-    proc = subprocess.run(["git", "-C", path, "rev-parse", "--verify", "--quiet", ref],
-                          capture_output=True, text=True,
-                          env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C"})
-    return proc.returncode == 0
+    return _git(path, ["rev-parse", "--verify", "--quiet", ref]) is not None
+
+
+def _recorded_tree(path: str, ref: str) -> str | None:
+    """The tree the project placed in ``path``: the series' patched tree when the state
+    file names ``ref``'s commit as its pristine one, else ``ref``'s tree."""
+    commit = (_git(path, ["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"]) or "").strip()
+    if not commit:
+        return None
+    try:
+        with open(os.path.join(path, ".git", SERIES_STATE), encoding="utf-8") as f:
+            state = json.load(f)
+    except (OSError, ValueError):
+        state = None
+    if isinstance(state, dict) and state.get("pristine") == commit and state.get("tree"):
+        tree = _git(path, ["rev-parse", "--verify", "--quiet", f"{state['tree']}^{{tree}}"])
+        if tree:
+            return tree.strip()
+    return (_git(path, ["rev-parse", f"{commit}^{{tree}}"]) or "").strip() or None
+
+
+def _placed_files(root: str, tree: str) -> tuple[list[str], list[str], dict[str, str]]:
+    """Compare the checkout in ``root`` with ``tree``: (the files still as placed, the
+    files edited since, the submodule folders checked out, each with its gitlink)."""
+    out = _git(root, ["ls-tree", "-r", "-z", "--full-tree", tree])
+    if out is None:
+        return [], [], {}
+    same: list[str] = []
+    edited: list[str] = []
+    subs: dict[str, str] = {}
+    blobs: list[tuple[str, str]] = []
+    for item in out.split("\0"):
+        if not item:
+            continue
+        meta, name = item.split("\t", 1)
+        mode, kind, sha = meta.split()
+        path = os.path.join(root, name)
+        if kind == "commit":
+            if (os.path.exists(os.path.join(path, ".git"))
+                    and _git(path, ["cat-file", "-e", f"{sha}^{{commit}}"]) is not None):
+                sub_tree = (_git(path, ["rev-parse", f"{sha}^{{tree}}"]) or "").strip()
+                s_same, s_edited, s_subs = _placed_files(path, sub_tree)
+                same += s_same
+                edited += s_edited
+                subs[path] = sha
+                subs.update(s_subs)
+            continue
+        if not os.path.lexists(path):
+            continue
+        if mode == "120000":
+            target = _git(root, ["cat-file", "blob", sha])
+            is_same = os.path.islink(path) and target is not None \
+                and os.readlink(path) == target
+            (same if is_same else edited).append(path)
+        elif os.path.islink(path) or not os.path.isfile(path):
+            edited.append(path)
+        else:
+            blobs.append((path, sha))
+    if blobs:
+        # --no-filters: the bytes on disk, as the project's checkout wrote them.
+        hashes = (_git(root, ["hash-object", "--no-filters", "--stdin-paths"],
+                       stdin="".join(p + "\n" for p, _ in blobs)) or "").split()
+        for i, (path, sha) in enumerate(blobs):
+            (same if i < len(hashes) and hashes[i] == sha else edited).append(path)
+    return same, edited, subs
+
+
+def _own_repository(root: str, placed: str = "") -> bool:
+    """True when the repository in ``root`` holds nothing but what the project wrote: its
+    refs are the project's, and HEAD (when set) is a commit one of them names, or
+    ``placed`` (a submodule's gitlink: its checkout has no ref of its own)."""
+    refs = _git(root, ["for-each-ref", "--format=%(refname) %(objectname)"])
+    if refs is None:
+        return False
+    ours = {placed} if placed else set()
+    for line in refs.splitlines():
+        name, _, sha = line.partition(" ")
+        if not name.startswith(OWN_REF_PREFIXES):
+            return False
+        ours.add(sha)
+    head = _git(root, ["rev-parse", "--verify", "--quiet", "HEAD^{commit}"])
+    return head is None or head.strip() in ours
 
 
 def _inside(path: str, top: str) -> bool:
@@ -104,7 +204,8 @@ def _prune_empty(start: str, top: str, check: bool, gone: set[str]) -> None:
 
 
 def _remaining(top: str, gone: set[str], limit: int = 20) -> tuple[int, list[str]]:
-    """Files under ``top`` the purge leaves (count, the first ``limit`` paths)."""
+    """Files under ``top`` the purge leaves (count, the first ``limit`` paths). A git
+    repository's ``.git`` counts as one, its path ending in ``/``."""
     if not os.path.isdir(top) or top in gone:
         return 0, []
     n, first = 0, []
@@ -113,6 +214,11 @@ def _remaining(top: str, gone: set[str], limit: int = 20) -> tuple[int, list[str
             dirs[:] = []
             continue
         dirs[:] = sorted(d for d in dirs if os.path.join(dirpath, d) not in gone)
+        if ".git" in dirs:
+            dirs.remove(".git")
+            n += 1
+            if len(first) < limit:
+                first.append(os.path.join(dirpath, ".git") + "/")
         for f in sorted(files):
             p = os.path.join(dirpath, f)
             if p in gone:
@@ -156,6 +262,7 @@ def purge(entries: list[dict[str, Any]], check: bool = False) -> dict[str, Any]:
     entries = [_check_entry(e) for e in entries]
     removed: dict[str, int] = {}
     changed_since: list[str] = []
+    repositories_kept: list[str] = []
     gone: set[str] = set()
 
     def remove(path: str, top: str) -> None:
@@ -172,6 +279,31 @@ def purge(entries: list[dict[str, Any]], check: bool = False) -> dict[str, Any]:
                 except FileNotFoundError:  # another node on shared storage was first
                     pass
         _prune_empty(os.path.dirname(path), top, check, gone)
+
+    def left_beside_git(folder: str) -> bool:
+        """A file (not an empty folder: it holds nothing to lose) left beside ``.git``."""
+        for dirpath, dirs, files in os.walk(folder):
+            dirs[:] = [d for d in dirs if os.path.join(dirpath, d) not in gone
+                       and not (dirpath == folder and d == ".git")]
+            if any(os.path.join(dirpath, f) not in gone
+                   and not (dirpath == folder and f == ".git") for f in files):
+                return True
+        return False
+
+    def remove_placed_tree(path: str, ref: str, top: str) -> None:
+        tree = _recorded_tree(path, ref)
+        if not tree:
+            return
+        same, edited, subs = _placed_files(path, tree)
+        changed_since.extend(edited)
+        for f in same:
+            remove(f, top)
+        # Deepest first: a submodule's ".git" (a file) goes before its parent is looked at.
+        for repo in sorted(subs, key=len, reverse=True) + [path]:
+            if left_beside_git(repo) or not _own_repository(repo, subs.get(repo, "")):
+                repositories_kept.append(repo)
+            else:
+                remove(os.path.join(repo, ".git"), top)
 
     for e in entries:
         top = e["top"]
@@ -199,8 +331,10 @@ def purge(entries: list[dict[str, Any]], check: bool = False) -> dict[str, Any]:
             for path in paths:
                 if os.path.islink(path) or not os.path.isdir(path):
                     continue
-                if (_has_ref(path, e["ref"]) if e.get("ref")
-                        else os.path.isfile(os.path.join(path, e["marker"]))):
+                if e.get("ref"):
+                    if _has_ref(path, e["ref"]):
+                        remove_placed_tree(path, e["ref"], top)
+                elif os.path.isfile(os.path.join(path, e["marker"])):
                     remove(path, top)
         else:
             for name in e["names"]:
@@ -211,4 +345,4 @@ def purge(entries: list[dict[str, Any]], check: bool = False) -> dict[str, Any]:
         if n:
             kept[top] = {"files": n, "first": first}
     return {"removed": removed, "kept": kept, "changed_since": changed_since,
-            "changed": bool(removed)}
+            "repositories_kept": repositories_kept, "changed": bool(removed)}

@@ -207,10 +207,20 @@ def check_files(
             os.unlink(stamp)
         needed.append(f["path"])
     if require and needed:
+        # Say what became of each: a message that says "removed" of a copy that stays
+        # sends the operator looking in the wrong place.
+        absent = [p for p in needed if p not in removed
+                  and not os.path.isfile(os.path.join(root, p))]
+        short = [p for p in needed if p not in removed and p not in absent]
+        groups = (("removed (damaged, or longer than the file)", removed),
+                  ("kept, shorter than the file (a transfer cut short, or a store copy "
+                   "shorter than its record)", short),
+                  ("not there", absent))
         raise StageError(
             f"{label}{len(needed)} file(s) do not have their sha256 after the transfer: "
-            f"{', '.join(needed)}. They were removed. Fix: check the store copy on the "
-            "controller against its manifest.json (sha256sum -c), then run again."
+            + "; ".join(f"{what}: {', '.join(paths)}" for what, paths in groups if paths)
+            + ". Fix: check the store copy on the controller against its manifest.json "
+            "(sha256sum -c), then run again."
         )
     return {
         "verified": verified,
