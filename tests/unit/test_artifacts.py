@@ -1012,3 +1012,18 @@ def test_artifact_files_names_the_missing_tools(tmp_path):
                         module_path="roles/artifact_store/library")
     assert result["missing_tools"] == [absent]
     assert (result["needed"], result["verified"]) == ([], [])
+
+
+def test_an_unchanged_record_is_not_rewritten(tmp_path):
+    """A re-run that finds every artifact present writes the same record: the file keeps
+    its mtime (the stager's pull copies nothing) and no temporary name is left."""
+    data = {"version": 1, "artifacts": {"a": {"kind": "file", "sha256": "0" * 64}}}
+    artifacts.write_manifest(str(tmp_path), data)
+    path = tmp_path / artifacts.MANIFEST
+    os.utime(path, ns=(1_000_000_000, 1_000_000_000))
+    artifacts.write_manifest(str(tmp_path), json.loads(path.read_text()))
+    assert path.stat().st_mtime_ns == 1_000_000_000
+    data["artifacts"]["a"]["sha256"] = "1" * 64
+    artifacts.write_manifest(str(tmp_path), data)
+    assert json.loads(path.read_text()) == data
+    assert sorted(p.name for p in tmp_path.iterdir()) == [artifacts.MANIFEST]

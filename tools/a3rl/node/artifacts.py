@@ -329,11 +329,20 @@ def read_manifest(store: str) -> dict[str, Any]:
 
 
 def write_manifest(store: str, data: dict[str, Any]) -> None:
+    """Write the record (a temporary name, then renamed), unless it already says exactly
+    this: an unchanged record keeps its mtime, so a copy of the store (the stager's pull)
+    sees nothing new."""
     path = os.path.join(store, MANIFEST)
+    text = json.dumps(data, indent=1, sort_keys=True) + "\n"
+    try:
+        with open(path, encoding="utf-8") as f:
+            if f.read() == text:
+                return
+    except OSError:
+        pass
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.write("\n")
+        f.write(text)
     os.replace(tmp, path)
 
 
