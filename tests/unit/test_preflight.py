@@ -291,6 +291,18 @@ def test_entry_the_store_holds_as_specified_is_not_looked_at_again(tmp_path):
     assert "(Name or service not known)" in msg and "Fix:" in msg
 
 
+def test_a_refused_url_never_shows_its_credential(tmp_path):
+    """The two refusals that name an artifact's URL mask its userinfo (issue 43)."""
+    http = {"kind": "http", "url": "https://bob:s3cret@hub.invalid/x", "dest": "x",
+            "sha256": "2" * 64}
+    git = {"kind": "git", "url": f"file://bob:s3cret@{tmp_path}/missing.git", "dest": "g",
+           "ref": "main"}
+    for name, spec in (("x", http), ("g", git)):
+        msgs = pf.artifact_input_problems({name: spec}, str(tmp_path),
+                                          probe=lambda url: f"refused by {url}")
+        assert msgs and "s3cret" not in "".join(msgs) and "***@" in "".join(msgs), msgs
+
+
 def test_urls_are_not_probed_offline_or_from_a_stager(tmp_path):
     m = {"x": {"kind": "http", "url": "http://a.invalid/x", "dest": "x", "sha256": "2" * 64},
          "g": {"kind": "git", "url": "/nonexistent/repo.git", "ref": "main"}}

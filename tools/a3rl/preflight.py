@@ -412,15 +412,17 @@ def artifact_input_problems(
             local = _local_git_path(str(spec["url"]))
             if local is not None and not os.path.exists(local):
                 problems.append(
-                    f"controller: artifact {name}: git url {spec['url']} does not exist on the "
-                    "controller. Fix: correct `url` in a3rl_artifact_overrides.")
+                    f"controller: artifact {name}: git url {artifacts.redact(str(spec['url']))} "
+                    "does not exist on the controller. Fix: correct `url` in "
+                    "a3rl_artifact_overrides.")
         elif kind == "http" and not offline and fetch_on_controller:
             why = probe(str(spec["url"]))
             if why:
                 problems.append(
-                    f"controller: artifact {name}: {spec['url']} cannot be reached from the "
-                    f"controller ({why}). Fix: check the URL, the controller's network and "
-                    "proxy settings, or set a reachable mirror in a3rl_artifact_overrides.")
+                    f"controller: artifact {name}: {artifacts.redact(str(spec['url']))} cannot be "
+                    f"reached from the controller ({artifacts.redact(why)}). Fix: check the "
+                    "URL, the controller's network and proxy settings, or set a reachable "
+                    "mirror in a3rl_artifact_overrides.")
     problems.extend(f"controller: {p}" for p in artifacts.dest_overlap_problems(
         {n: dict(v) for n, v in manifest.items() if isinstance(v, Mapping)}))
     return problems
