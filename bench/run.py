@@ -25,6 +25,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
                                   "slowest tasks"),
     "tuning": ("tuning.py", "no-op site.yml under each Ansible setting, ratio to ansible.cfg"),
     "noop": ("noop.py", "no-op site.yml of this tree against an earlier tree, on 8 nodes"),
+    "resume": ("resume.py", "one injected failure: goodput under the run supervisor vs the "
+                            "recipe's way (the run lost, resubmitted)"),
 }
 
 

@@ -7,18 +7,18 @@ import functools
 from ansible.errors import AnsibleFilterError
 
 from a3rl import (
+    checkpointing,
     drift,
     files,
     images,
     manifest,
-    npu,
     plan,
     preflight,
     ray,
     recipe_env,
     status,
 )
-from a3rl.node import conversion, metrics
+from a3rl.node import conversion, metrics, npu
 from a3rl.sim import cpu_profile
 
 
@@ -36,7 +36,7 @@ def _clear_errors(fn):
 
 
 def plan_job(hostvars_like, algo, model, weights, features, nodes, npus_per_node,
-             extra_overrides=None, checkpoint_record=None):
+             extra_overrides=None, checkpoint_record=None, checkpointing=None):
     """a3rl.plan.plan_job with the profiles and node paths taken from the play's
     variables; every problem of the plan in one error."""
     v = hostvars_like
@@ -46,7 +46,8 @@ def plan_job(hostvars_like, algo, model, weights, features, nodes, npus_per_node
     try:
         return plan.plan_job(profiles, algo, model, weights, features, nodes, npus_per_node,
                              extra_overrides=extra_overrides or None,
-                             checkpoint_record=checkpoint_record or None)
+                             checkpoint_record=checkpoint_record or None,
+                             checkpointing=checkpointing)
     except plan.PlanError as e:
         raise AnsibleFilterError(str(e)) from None
 
@@ -105,6 +106,11 @@ class FilterModule:
             "a3rl_artifact_names": manifest.artifact_names,
             "a3rl_bytes": files.human_bytes,
             "a3rl_plan_job": plan_job,
+            "a3rl_checkpoint_space_problems": checkpointing.space_problems,
+            "a3rl_resume_job": _clear_errors(checkpointing.resume_job),
+            "a3rl_next_attempt": checkpointing.next_attempt,
+            "a3rl_run_attempts": checkpointing.attempts,
+            "a3rl_attempt_of": checkpointing.attempt_of,
             "a3rl_recipe_drift": recipe_drift,
             "a3rl_sim_cpu_job": _clear_errors(cpu_profile.cpu_job),
             "a3rl_sim_cpu_supported": cpu_profile.supported,

@@ -66,6 +66,13 @@ options:
         submitted twice.
     type: bool
     default: false
+  supervisor_state:
+    description:
+      - With C(status), the run supervisor's C(state.json) on the head (run_supervisor
+        role). When it exists, the job read is the attempt it follows (its
+        C(submission_id)), and C(supervisor) returns the state (C(result) once the run is
+        done, stopped by its user, or given up).
+    type: path
   tail_file:
     description:
       - With C(status) and I(progress), keep the log's last lines in this file on the head
@@ -92,6 +99,10 @@ stopped:
   description: The jobs asked to stop.
   type: list
   returned: action=stop
+supervisor:
+  description: The run supervisor's state (C(submission_id), C(tries), C(result)), or empty.
+  type: dict
+  returned: action=status with supervisor_state
 progress:
   description: C(step), C(total_steps), C(simulated) and the latest step's C(metrics).
   type: dict
@@ -143,6 +154,16 @@ def kept_tail(path):
         return [], {}
 
 
+def read_state(path):
+    """The run supervisor's state.json, or empty when there is none (yet)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -160,6 +181,7 @@ def main():
             "progress": {"type": "bool", "default": False},
             "tail_file": {"type": "path"},
             "rerun": {"type": "bool", "default": False},
+            "supervisor_state": {"type": "path"},
         },
         supports_check_mode=True,
     )
@@ -183,6 +205,10 @@ def main():
     if p["action"] == "list":
         module.exit_json(changed=False, **result)
     one = (p["submission_ids"] or [None])[0]
+    if p["action"] == "status" and p["supervisor_state"]:
+        state = read_state(p["supervisor_state"])
+        result["supervisor"] = state
+        one = state.get("submission_id") or one
     if p["action"] in ("submit", "status", "logs") and not one:
         module.fail_json(msg=f"action {p['action']} needs submission_ids: [<id>]")
     try:

@@ -9,8 +9,13 @@ the refused plans use the STAND-IN trainer (docs/testing.md, "Which trainer").""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -154,27 +159,46 @@ def test_no_second_submit_while_running_then_stop(up):
 
 def test_a_failing_job_fails_the_play_with_its_id_and_last_lines(up):
     # A data file removed from the nodes: real verl's own loader fails, and the play quotes
-    # it. (Three steps: a plan of its own, not the end-to-end test's ended job.)
+    # it. (Three steps: a plan of its own, not the end-to-end test's ended job.) The
+    # supervisor resumes it once (max_tries=1), that attempt fails the same way, and it
+    # gives up, saying why, with no trainer process left and no device held (a leftover
+    # of an earlier crash holds /dev/davinci0 in the worker's training container).
     from a3rl.sim import podman
 
     data = "/data/a3rl/data/deepscaler/train.parquet"
     for node in up.members():
         podman.exec_(node.container, "mv", data, data + ".aside")
+    worker = up.members()[1].container
+    podman.exec_(worker, "docker", "exec", "-d", "a3rl-train", "sh", "-c",
+                 "exec 3</dev/davinci0; exec sleep 1001")
+    assert _wait(lambda: _leftover(worker), 30)
     try:
         result = play(TRAIN, up.inventory_dir, extravars={
-            "algo": "grpo", "overrides": ["trainer.total_training_steps=3"]})
+            "algo": "grpo", "overrides": ["trainer.total_training_steps=3"],
+            "run_supervisor_max_tries": 1, "run_supervisor_backoff": 1})
     finally:
         for node in up.members():
             podman.exec_(node.container, "mv", data + ".aside", data)
     assert not result.ok
     text = failure_text(result)
     ident = _submission_id(result)
-    assert f"job {ident} FAILED" in text, text
+    assert f"job {ident}-r2 FAILED" in text, text
+    assert "The supervisor gave up: 1 resumed attempt(s) failed (max_tries=1)" in text, text
+    assert "left without trainer processes or held NPU devices" in " ".join(text.split())
+    assert not any(_trainers(up, n) for n in up.members())
+    assert not _leftover(worker)
     # verl's own error, raised in the staged, patched verl of the working directory
     last = text.split("Last log lines:", 1)[1]
     assert f"FileNotFoundError: Unable to find '{data}'" in last, text
     assert "/data/a3rl/llm_rl/qwen3/verl/" in last, text
     assert (project_root() / "runs" / ident / "job.log").is_file()
+
+
+def _leftover(container: str) -> bool:
+    from a3rl.sim import podman
+
+    return podman.exec_(container, "docker", "exec", "a3rl-train", "pgrep", "-f", "sleep 1001",
+                        check=False).returncode == 0
 
 
 def _trainers(sim, node) -> list[str]:
@@ -229,3 +253,202 @@ def test_the_plan_cli_prints_the_job_without_a_cluster(capsys):
     job = json.loads(capsys.readouterr().out)
     assert job["config_name"] == "ppo_megatron_trainer"
     assert "actor_rollout_ref.rollout.tensor_model_parallel_size=4" in job["overrides"]
+
+
+def _marker(sim, run_dir: str) -> int:
+    """The step verl's completion marker names in the run's checkpoint folder, read on
+    the host's side of the nodes' shared folder (0 before the first checkpoint)."""
+    path = sim.state / "shared" / run_dir.removeprefix(cluster.SHARED_DIR + "/") \
+        / "latest_checkpointed_iteration.txt"
+    try:
+        return int(path.read_text().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def _stop_now(sim, ident: str) -> None:
+    """Stop the job through Ray's job API on the head at once (a play takes seconds)."""
+    from a3rl.sim import podman
+
+    podman.exec_(sim.members()[0].container, "python3", "-c",
+                 "import urllib.request; urllib.request.urlopen(urllib.request.Request("
+                 f"'http://127.0.0.1:8260/api/jobs/{ident}/stop', method='POST')).read()")
+
+
+def test_a_run_stopped_after_a_checkpoint_resumes_from_it_to_the_end(up):
+    # Real verl on CPU, a checkpoint every step (the policy's default for real weights:
+    # the recipe's step takes longer than the 60-minute bound), on the nodes' shared folder.
+    steps = 6
+    args = {"algo": "grpo", "train_job_poll": 1,
+            "overrides": [f"trainer.total_training_steps={steps}", f"trainer.total_epochs={steps}"]}
+    first = play(TRAIN, up.inventory_dir, extravars={**args, "train_job_follow": False})
+    assert first.ok, failure_text(first)
+    ident = _submission_id(first)
+    plan = [facts["train_job_plan"] for e in _events(first)
+            if "train_job_plan" in (facts := e.get("event_data", {}).get("res", {})
+                                    .get("ansible_facts", {}))][-1]
+    folder = plan["checkpoint"]["dir"]
+    assert folder == f"/shared/checkpoints/{ident}" and plan["checkpoint"]["save_freq"] == 1
+    assert _wait(lambda: _marker(up, folder) >= 2, 600), _jobs(up)
+    _stop_now(up, ident)
+    assert _wait(lambda: {j["submission_id"]: j["status"] for j in _jobs(up)}[ident]
+                 == "STOPPED", 120)
+    done = _marker(up, folder)
+    assert 2 <= done < steps, f"the job ended before it was stopped (marker {done})"
+    # A save cut short: a newer folder the marker does not cover is skipped, and said.
+    cut = up.state / "shared" / "checkpoints" / ident / f"global_step_{steps + 1}" / "actor"
+    cut.mkdir(parents=True)
+    (cut / "model_world_size_2_rank_0.pt").write_bytes(b"cut short")
+    resumed = play(TRAIN, up.inventory_dir, extravars={**args, "train_job_resume": True})
+    assert resumed.ok, failure_text(resumed)
+    # (the YAML callback folds a long message over lines: compared with single spaces)
+    stdout = " ".join("".join(p.read_text() for p in resumed.record.glob(
+        "artifacts/*/stdout")).split())
+    assert f"{ident} resumes from {folder}/global_step_{done}" in stdout, stdout[-3000:]
+    assert (f"global_step_{steps + 1} has no completion marker: "
+            f"latest_checkpointed_iteration.txt names step") in stdout
+    assert f"{ident}-r2 SUCCEEDED, step {steps}/{steps}" in stdout, stdout[-3000:]
+    run = project_root() / "runs" / ident
+    log = (run / "job.log").read_text()
+    # verl's own words: it loaded the checkpoint and went on from its step, not step 0.
+    assert f"Resuming from {folder}/global_step_{done}" in log
+    assert [s["step"] for s in metrics.read_jsonl(run / "metrics.jsonl")] == \
+        list(range(1, steps + 1))
+    assert {p.name for p in (run / "attempts").iterdir()} >= {
+        f"{ident}.log", f"{ident}.json", f"{ident}-r2.log", f"{ident}-r2.json"}
+    report = (run / "report.md").read_text()
+    assert "| restarts | 1 |" in report and "## Goodput" in report
+    # A plain re-run follows the newest attempt and submits nothing; a job the user
+    # stopped stays stopped (nothing resumes it).
+    again = play(TRAIN, up.inventory_dir, extravars=args)
+    assert again.ok and again.changed == 0, failure_text(again)
+    # (Ray lists the supervisor's own drivers too, without a submission id)
+    state = {j["submission_id"]: j["status"] for j in _jobs(up) if j.get("submission_id")}
+    assert state[ident] == "STOPPED" and state[f"{ident}-r2"] == "SUCCEEDED"
+    assert not any(s.startswith(f"{ident}-r3") for s in state)
+
+
+FAST = {"run_supervisor_backoff": 2, "run_supervisor_hang_floor": 45,
+        "run_supervisor_whole_timeout": 600, "train_job_supervisor_hang_first_step": 600}
+
+
+def _supervisor_events(run) -> list[dict]:
+    return [json.loads(line) for line in
+            (run / "supervisor" / "events.jsonl").read_text().splitlines()]
+
+
+def _pids(sim, node, title: str) -> list[tuple[int, str]]:
+    """(pid, state) of the training container's processes whose title starts so."""
+    from a3rl.sim import podman
+
+    out = podman.exec_(node.container, "docker", "exec", "a3rl-train", "ps", "-eo",
+                       "pid=,stat=,args=", check=False).stdout
+    found = []
+    for line in out.splitlines():
+        pid, stat, args = (line.strip().split(None, 2) + ["", ""])[:3]
+        if args.startswith(title):
+            found.append((int(pid), stat))
+    return found
+
+
+def _resumed_to_the_end(up, ident: str, folder: str, steps: int) -> list[dict]:
+    """The run finished every step after one restart, resuming after a checkpoint."""
+    run = project_root() / "runs" / ident
+    events = _supervisor_events(run)
+    resub = [e for e in events if e["event"] == "resubmitted"]
+    assert len(resub) == 1 and resub[0]["submission_id"] == f"{ident}-r2", events
+    assert resub[0]["resume_from"].startswith(f"{folder}/global_step_"), resub
+    done = int(resub[0]["resume_from"].rsplit("_", 1)[1])
+    assert done >= 1
+    assert events[-1]["event"] == "succeeded", events[-1]
+    log = (run / "job.log").read_text()
+    assert f"Resuming from {folder}/global_step_{done}" in log
+    assert [s["step"] for s in metrics.read_jsonl(run / "metrics.jsonl")] == \
+        list(range(1, steps + 1))
+    report = (run / "report.md").read_text()
+    assert "| restarts | 1 |" in report and "goodput (productive / wall)" in report
+    return events
+
+
+def test_a_killed_worker_is_found_first_and_the_run_resumed_by_the_supervisor(up):
+    # The supervisor follows the run on the head; the controller is not needed: the
+    # operator's `a3rl train` is interrupted (Ctrl-C, to its whole process group) while it
+    # follows, and the same command later only reads what happened.
+    from a3rl.sim import podman
+
+    steps = 6
+    args = {"algo": "grpo", "train_job_poll": 2, **FAST,
+            "overrides": [f"trainer.total_training_steps={steps}", f"trainer.total_epochs={steps}"]}
+    before = {j["submission_id"] for j in _jobs(up)}
+    command = [str(Path(sys.executable).parent / "a3rl"), "train", "-i", str(up.inventory_dir),
+               "--algo", "grpo", *(f"--override={o}" for o in args["overrides"]),
+               *(f"-e{k}={v}" for k, v in args.items() if k not in ("algo", "overrides"))]
+    follow = subprocess.Popen(command, cwd=project_root(), start_new_session=True,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        assert _wait(lambda: {j["submission_id"] for j in _jobs(up)} - before, 300), _jobs(up)
+        (ident,) = {j["submission_id"] for j in _jobs(up)} - before
+        folder = f"/shared/checkpoints/{ident}"
+        assert _wait(lambda: _marker(up, folder) >= 2, 600), _jobs(up)
+        assert follow.poll() is None, "the follow ended before it was interrupted"
+        os.killpg(follow.pid, signal.SIGINT)
+        assert follow.wait(120) != 0
+    finally:
+        if follow.poll() is None:
+            os.killpg(follow.pid, signal.SIGKILL)
+    worker = up.members()[1]
+    # The worker node's training container dies (its Ray with it: the job fails), then
+    # is started again (Docker does not restart a killed container) and the node's Ray
+    # unit rejoins the cluster: the supervisor waits for that before it resumes.
+    podman.exec_(worker.container, "docker", "kill", "a3rl-train")
+    assert _wait(lambda: {j["submission_id"]: j["status"] for j in _jobs(up)}[ident]
+                 == "FAILED", 300), _jobs(up)
+    podman.exec_(worker.container, "docker", "start", "a3rl-train")
+    followed = play(TRAIN, up.inventory_dir, extravars=args)
+    assert followed.ok, failure_text(followed)
+    # Followed again, never submitted again: one first attempt, the supervisor's second.
+    ids = [j["submission_id"] for j in _jobs(up)]
+    assert ids.count(ident) == 1 and ids.count(f"{ident}-r2") == 1, ids
+    events = _resumed_to_the_end(up, ident, folder, steps)
+    assert any(e["event"] in ("failed", "hang") for e in events), events
+    bundle = project_root() / "runs" / ident / "supervisor" / "bundles" / ident
+    summary = json.loads((bundle / "summary.json").read_text())
+    assert summary["first"]["host"] == worker.hostname, summary
+    # The nodes share one clock on the simulator: the offset is measured, not guessed.
+    assert abs(summary["offsets"][up.members()[0].hostname]) < 1.0, summary["offsets"]
+    assert summary["line"].startswith(f"first failure: {worker.hostname} at "), summary
+    assert (bundle / "driver.log").stat().st_size > 0
+    assert {p.name for p in bundle.glob("*.json")} >= {"summary.json", "node1.json"}
+
+
+def test_a_stopped_trainer_is_found_by_the_hang_bound_with_its_stacks(up):
+    from a3rl.sim import podman
+
+    steps = 5
+    args = {"algo": "grpo", "train_job_poll": 2, **FAST,
+            "overrides": [f"trainer.total_training_steps={steps}", f"trainer.total_epochs={steps}"]}
+    first = play(TRAIN, up.inventory_dir, extravars={**args, "train_job_follow": False})
+    assert first.ok, failure_text(first)
+    ident = _submission_id(first)
+    folder = f"/shared/checkpoints/{ident}"
+    assert _wait(lambda: _marker(up, folder) >= 2, 600), _jobs(up)
+    worker = up.members()[1]
+    pids = _pids(up, worker, "ray::WorkerDict")
+    assert len(pids) == 1, pids
+    podman.exec_(worker.container, "docker", "exec", "a3rl-train", "kill", "-STOP",
+                 str(pids[0][0]))
+    stopped_at = time.time()
+    followed = play(TRAIN, up.inventory_dir, extravars=args)
+    assert followed.ok, failure_text(followed)
+    events = _resumed_to_the_end(up, ident, folder, steps)
+    hang = next(e for e in events if e["event"] == "hang")
+    bound = float(hang["why"].split("bound of ", 1)[1].split(" s", 1)[0])
+    # Fired within its bound, measured from the stop (plus a poll and the log's lag).
+    assert hang["time"] - stopped_at <= bound + 3 * 3 + 10, (hang, stopped_at)
+    node = json.loads((project_root() / "runs" / ident / "supervisor" / "bundles" / ident
+                       / f"{worker.hostname}.json").read_text())
+    stuck = [t for t in node["trainers"] if t["pid"] == pids[0][0]]
+    assert stuck and stuck[0]["state"] == "T", node["trainers"]
+    assert stuck[0]["stack"]["tool"] == "py-spy", stuck[0]["stack"]
+    assert "Thread" in stuck[0]["stack"]["text"], stuck[0]["stack"]["text"][:2000]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from a3rl import npu
+from a3rl.node import npu
 from a3rl.sim.standins import NPU_SMI, driver_version_info
 
 

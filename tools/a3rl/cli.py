@@ -243,6 +243,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         extra["train_job_follow"] = "false"
     if args.rerun:
         extra["train_job_rerun"] = "true"
+    if args.resume:
+        extra["train_job_resume"] = "true"
+    if args.checkpoint:
+        extra["train_job_checkpoint"] = "true" if args.checkpoint == "on" else "false"
     if args.override:
         extra["overrides"] = list(args.override)
     if args.poll:
@@ -476,6 +480,11 @@ def parser() -> argparse.ArgumentParser:
                        help="return once the job is submitted")
     train.add_argument("--rerun", action="store_true",
                        help="submit the plan's job again when it has ended (never an active one)")
+    train.add_argument("--resume", action="store_true",
+                       help="resume the ended run from its newest complete checkpoint "
+                            "(a new attempt, <id>-r<k>)")
+    train.add_argument("--checkpoint", choices=["on", "off"], default=None,
+                       help="checkpoints on or off (default: on for real weights)")
     train.add_argument("--poll", type=int, default=None,
                        help="seconds between the job's state checks while following")
     _play_options(train)

@@ -20,12 +20,13 @@ import json
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from a3rl import checkpointing as ckpt
 from a3rl.recipe_env import RecipeEnvError, model_env
 
 # NPU devices of one Atlas A3 node: the unit of the models' min_nodes (recipe.md).
@@ -108,6 +109,7 @@ TYPES: dict[str, str] = {
         "algorithm.filter_groups.max_num_gen_batches",
         "trainer.nnodes", "trainer.n_gpus_per_node", "trainer.total_epochs",
         "trainer.save_freq", "trainer.test_freq", "trainer.critic_warmup",
+        "trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep",
         _TC + "seq_length", _TC + "cp_window_size", _TC + "context_parallel_size",
         _TC + "num_layers_in_first_pipeline_stage", _TC + "num_layers_in_last_pipeline_stage",
         _TC + "recompute_num_layers",
@@ -153,7 +155,7 @@ TYPES: dict[str, str] = {
     )},
     **{k: "str" for k in (
         _TC + "moe_token_dispatcher_type", _TC + "context_parallel_algo",
-        _TC + "moe_zero_memory", _SPEC + "method",
+        _TC + "moe_zero_memory", _SPEC + "method", "trainer.default_local_dir",
     )},
     "actor_rollout_ref.rollout.cudagraph_capture_sizes": "int_list",
     _TC + "pipeline_num_transformer_layers": "stages",
@@ -350,6 +352,8 @@ class Plan:
     config_name: str
     workdir: str
     patched_keys: tuple[str, ...] = field(default=())
+    # The checkpoint policy (a3rl.ckpt.Policy.as_dict), when the plan has one.
+    checkpoint_policy: Mapping[str, Any] | None = None
 
     @property
     def run_name(self) -> str:
@@ -364,10 +368,14 @@ class Plan:
     @property
     def submission_id(self) -> str:
         """The run name and a digest of what the job runs: the same plan gives the same id
-        (Ray refuses a second submission under it), any change gives a new one."""
+        (Ray refuses a second submission under it), any change gives a new one. Where the
+        run's checkpoints go and which one an attempt resumes from
+        (ckpt.ATTEMPT_KEYS) follow from the id, so they are not part of it."""
+        overrides = [o for o in self.overrides
+                     if split_override(o)[1] not in ckpt.ATTEMPT_KEYS]
         digest = hashlib.sha256(json.dumps(
             {"entrypoint": self.entrypoint_module, "config_name": self.config_name,
-             "config_path": self.config_path, "overrides": list(self.overrides),
+             "config_path": self.config_path, "overrides": overrides,
              "env": dict(self.env)}, sort_keys=True).encode()).hexdigest()
         return f"{self.run_name}-{digest[:8]}"
 
@@ -415,6 +423,11 @@ class Plan:
             # For the pre-submit Hydra check and the simulator's module swap.
             "module": self.entrypoint_module,
             "hydra_overrides": self.hydra_overrides(),
+            # The run's identity across its attempts (a resumed one is <run_id>-r<k>).
+            "run_id": self.submission_id,
+            "attempt": 1,
+            "checkpoint": dict(self.checkpoint_policy or {"enabled": False, "why": [
+                "no checkpoint policy: the recipe's trainer.save_freq"]}),
         }
 
 
@@ -427,7 +440,8 @@ def make_plan(algo: str, model: str, weights: str, features: Iterable[str] | str
               nodes: int | str | None, npus_per_node: int | str | None,
               profiles: Mapping[str, Any],
               extra_overrides: Iterable[str] | None = None,
-              checkpoint_record: Mapping[str, Any] | None = None) -> Plan:
+              checkpoint_record: Mapping[str, Any] | None = None,
+              checkpointing: Mapping[str, Any] | None = None) -> Plan:
     """Check and render one run.
 
     ``profiles``: the group_vars named in :data:`PROFILE_VARS` (``a3rl_models``,
@@ -439,6 +453,9 @@ def make_plan(algo: str, model: str, weights: str, features: Iterable[str] | str
     ``nodes``/``npus_per_node`` default to the recipe's (the run's nodes, 16).
     ``extra_overrides``: the user's Hydra overrides, appended and checked like the rest.
     ``checkpoint_record``: the dist-checkpoint's a3rl-conversion.json, when there is one.
+    ``checkpointing``: the checkpoint policy's settings (:func:`a3rl.ckpt.policy`'s
+    ``enabled``, ``root``, ``shared``, ``max_lost_minutes``, ``keep``; ``step_seconds`` to
+    replace the run's published estimate); None keeps the recipe's ``trainer.save_freq``.
     Raises PlanError listing every problem found.
     """
     missing = [name for name in (*PROFILE_VARS, "paths") if profiles.get(name) is None]
@@ -476,7 +493,8 @@ def make_plan(algo: str, model: str, weights: str, features: Iterable[str] | str
 
     # The run's values, then the user's overrides of them (which every rule then sees).
     params = {name: run.get(name) for name in PARAM_KEYS}
-    extras = _user_overrides(extra_overrides, params, problems)
+    extras = _user_overrides(extra_overrides, params, problems,
+                             policy_keys=checkpointing is not None)
     # A value the recipe's script derives from NODES is its formula in runs.yml: computed
     # here as bash would, for this plan's node count (a user's value replaces it).
     derived_ok = True
@@ -518,6 +536,10 @@ def make_plan(algo: str, model: str, weights: str, features: Iterable[str] | str
     for name in enabled:
         _apply(ov, catalogue[name].get("overrides") or {}, f"a3rl_features.{name}", problems,
                computed_ok=False)
+    policy = None
+    if checkpointing is not None:
+        policy = _policy(checkpointing, run, mprof, weights, nodes_i or 0, problems)
+        _apply(ov, policy.overrides(), "the checkpoint policy", problems, computed_ok=True)
     for prefix, okey, value in extras:
         ov.pop(okey, None)
         ov[okey] = (prefix, value)
@@ -543,16 +565,42 @@ def make_plan(algo: str, model: str, weights: str, features: Iterable[str] | str
     if problems:
         raise PlanError(problems)
     values.update({"checkpoint": checkpoint, "features": list(enabled)})
-    return Plan(algo=algo, model=model, weights=weights, features=tuple(enabled),
+    made = Plan(algo=algo, model=model, weights=weights, features=tuple(enabled),
                 values=values, overrides=overrides, env=env,
                 entrypoint_module=str(aprof["entrypoint"]),
                 config_name=str(aprof["config_name"]),
                 workdir=str(paths.get("workdir", "")).rstrip("/"),
-                patched_keys=tuple(profiles.get("a3rl_patched_keys") or ()))
+                patched_keys=tuple(profiles.get("a3rl_patched_keys") or ()),
+                checkpoint_policy=policy.as_dict() if policy else None)
+    if policy is None or not policy.enabled:
+        return made
+    # The run's own folder, named by its id (which does not depend on the folder).
+    folder = ckpt.run_dir(policy.root, made.submission_id)
+    return replace(made, overrides=(*overrides,
+                                    f"trainer.default_local_dir={render_value(folder)}"),
+                   checkpoint_policy={**policy.as_dict(), "dir": folder})
+
+
+def _policy(settings: Mapping[str, Any], run: Mapping[str, Any], mprof: Mapping[str, Any],
+            weights: str, nodes: int, problems: list[str]) -> ckpt.Policy:
+    """The checkpoint policy of the run: the user's settings, the run's published step
+    time (runs.yml ``step_seconds``) unless measured steps replace it, the model's size."""
+    measured = settings.get("step_seconds")
+    step = measured if measured is not None else run.get("step_seconds")
+    source = settings.get("step_source") or (
+        "measured" if measured is not None else run.get("step_source") or "runs.yml")
+    return ckpt.policy(
+        enabled=ckpt.switch(settings.get("enabled"), problems), weights=weights,
+        nodes=nodes,
+        root=str(settings.get("root") or ""), shared=settings.get("shared"),
+        max_lost_minutes=settings.get("max_lost_minutes", 60), keep=settings.get("keep", 2),
+        step_seconds=step, step_source=str(source), params=mprof.get("params"),
+        problems=problems)
 
 
 def _user_overrides(extra_overrides: Iterable[str] | None, params: dict[str, Any],
-                    problems: list[str]) -> list[tuple[str, str, Any]]:
+                    problems: list[str],
+                    policy_keys: bool = False) -> list[tuple[str, str, Any]]:
     """The user's Hydra overrides: a run parameter's key sets ``params`` (so every rule sees
     it); any other key is returned as ``(prefix, key, value)``, applied last."""
     extras: list[tuple[str, str, Any]] = []
@@ -573,6 +621,10 @@ def _user_overrides(extra_overrides: Iterable[str] | None, params: dict[str, Any
             continue
         if "~" in prefix:
             problems.append(f"extra override {override!r}: deleting keys is not supported")
+        elif policy_keys and okey in ckpt.POLICY_KEYS:
+            problems.append(f"extra override {override!r}: {okey} is set by the checkpoint "
+                            "policy; set train_job_checkpoint, _max_lost_minutes, _keep or "
+                            "_dir instead (-e train_job_checkpoint=false keeps the recipe's)")
         elif okey in DERIVED_KEYS:
             problems.append(f"extra override {override!r}: {okey} is computed from "
                             f"{DERIVED_KEYS[okey]}; set that instead")
@@ -997,7 +1049,8 @@ def plan_from_files(root: Path, algo: str, model: str, weights: str,
                     features: Iterable[str] | str | None, nodes: int | str | None,
                     npus_per_node: int | str | None, assets_dir: str, workdir: str,
                     extra_overrides: Iterable[str] | None = None,
-                    checkpoint_record: Mapping[str, Any] | None = None) -> Plan:
+                    checkpoint_record: Mapping[str, Any] | None = None,
+                    checkpointing: Mapping[str, Any] | None = None) -> Plan:
     """:func:`make_plan` with the profiles read from the project at ``root`` (for
     ``a3rl plan``: no inventory, no host)."""
     data = load_profiles(root)
@@ -1005,16 +1058,19 @@ def plan_from_files(root: Path, algo: str, model: str, weights: str,
     profiles["paths"] = node_paths(assets_dir, workdir, data.get("a3rl_datasets") or {},
                                    data.get("a3rl_artifacts") or {})
     return make_plan(algo, model, weights, features, nodes, npus_per_node, profiles,
-                     extra_overrides=extra_overrides, checkpoint_record=checkpoint_record)
+                     extra_overrides=extra_overrides, checkpoint_record=checkpoint_record,
+                     checkpointing=checkpointing)
 
 
 def plan_job(profiles: Mapping[str, Any], algo: str, model: str, weights: str,
              features: Iterable[str] | str | None = None, nodes: int | str | None = None,
              npus_per_node: int | str | None = None,
              extra_overrides: Iterable[str] | None = None,
-             checkpoint_record: Mapping[str, Any] | None = None) -> dict[str, Any]:
+             checkpoint_record: Mapping[str, Any] | None = None,
+             checkpointing: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """:func:`make_plan` then :meth:`Plan.job`: plain data, for an Ansible filter
     (``profiles | a3rl_plan_job(algo, model, weights, ...)``); a refused plan raises
     PlanError, a ValueError, with every problem in its message."""
     return make_plan(algo, model, weights, features, nodes, npus_per_node, profiles,
-                     extra_overrides=extra_overrides, checkpoint_record=checkpoint_record).job()
+                     extra_overrides=extra_overrides, checkpoint_record=checkpoint_record,
+                     checkpointing=checkpointing).job()

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from a3rl.npu import version_key
+from a3rl.node.npu import version_key
 
 # Ray 2.52 added token authentication (RAY_AUTH_MODE=token).
 TOKEN_AUTH_SINCE = "2.52.0"

@@ -361,19 +361,84 @@ def _plot(path: Path, steps: Sequence[dict], refs: Sequence[dict], simulated: bo
 
 
 def render(run_dir: Path, plan: dict | None, steps: list[dict],
-           status: dict) -> tuple[Path, Path]:
+           status: dict, goodput: Mapping[str, Any] | None = None,
+           attempts: Sequence[Mapping[str, Any]] = (),
+           supervisor: Mapping[str, Any] | None = None) -> tuple[Path, Path]:
     """Write ``report.md`` and ``metrics.png`` into ``run_dir``; return their paths.
 
     ``plan`` is the run's plan (``algo``, ``model``, ``weights``, ``features``, ``nodes``,
     and the rendered ``entrypoint``/``config_name``/``overrides``), or None. ``status`` is
     the job as Ray's job API returns it (``submission_id``, ``status``, ``message``,
     ``start_time``/``end_time`` in ms). ``steps`` come from :func:`a3rl.node.metrics.parse_log`.
+    ``goodput``: :func:`a3rl.goodput.goodput` of the run's ``attempts`` (Ray's records).
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     steps = sorted(steps, key=lambda s: s["step"])
     facts = _plan_facts(plan)
     md_path, png_path = run_dir / REPORT_NAME, run_dir / PLOT_NAME
-    md_path.write_text(_markdown(run_dir, plan, steps, status or {}, facts), encoding="utf-8")
+    text = _markdown(run_dir, plan, steps, status or {}, facts)
+    if goodput is not None:
+        text = _with_goodput(text, plan, goodput, attempts, supervisor or {})
+    md_path.write_text(text, encoding="utf-8")
     _plot(png_path, steps, comparisons(facts, steps), summary(steps)["simulated"])
     return md_path, png_path
+
+
+def _seconds(value: Any) -> str:
+    return f"{float(value):.1f} s" if isinstance(value, int | float) else "-"
+
+
+def _with_goodput(text: str, plan: Mapping[str, Any] | None, figures: Mapping[str, Any],
+                  attempts: Sequence[Mapping[str, Any]],
+                  supervisor: Mapping[str, Any]) -> str:
+    """The report with the run's attempts, goodput and checkpoint policy after its
+    first table (a3rl.goodput says how each figure is counted)."""
+    ratio = figures.get("goodput")
+    out = ["", "## Goodput", ""]
+    out += markdown_table(["", ""], [
+        ["goodput (productive / wall)", f"{ratio:.1%}" if ratio is not None else "-"],
+        ["wall time", _seconds(figures.get("wall_s"))],
+        ["productive (each step once)", _seconds(figures.get("productive_s"))],
+        ["lost: steps redone after a resume", _seconds(figures.get("redone_s"))],
+        ["lost: detection, restart, start-up", _seconds(figures.get("restart_s"))],
+        ["restarts", str(figures.get("restarts", 0))],
+    ])
+    if figures.get("simulated"):
+        out += ["", "No goodput: the stand-in trainer's step times are the recipe's, not "
+                "measured ones."]
+    if len(attempts) > 1:
+        out += ["", "Attempts:", ""]
+        out += markdown_table(["submission id", "state", "started", "ended"], (
+            [f"`{a.get('submission_id', '?')}`", str(a.get("status") or "?"),
+             _when(a.get("start_time")) or "-", _when(a.get("end_time")) or "-"]
+            for a in attempts))
+    if supervisor:
+        out += ["", f"Supervisor: {supervisor.get('result') or 'following'}"
+                + (f" ({supervisor['why']})" if supervisor.get("why") else "") + ".", ""]
+        for b in supervisor.get("bundles") or []:
+            out.append(f"- forensic bundle of `{b['attempt']}`: {b['line']}"
+                       + "".join(f"; warning: {w}" for w in b.get("warnings") or []))
+        events = [e for e in supervisor.get("events") or []
+                  if e.get("event") not in ("follow", "waiting")]
+        if events:
+            out += ["", "Supervisor events:", ""]
+            out += markdown_table(["time", "event", "attempt", "detail"], (
+                [_when(float(e.get("time") or 0) * 1000) or "-", str(e.get("event")),
+                 f"`{e.get('submission_id', '')}`",
+                 _event_detail(e)] for e in events))
+    policy = (plan or {}).get("checkpoint") or {}
+    if policy:
+        out += ["", "Checkpoints: " + ("`" + str(policy.get("dir")) + "`, " if policy.get("dir")
+                                       else "") + "; ".join(policy.get("why") or [])]
+    head, sep, rest = text.partition("\n## Plan\n")
+    return head.rstrip("\n") + "\n" + "\n".join(out) + "\n" + sep + rest if sep \
+        else text + "\n".join(out) + "\n"
+
+
+def _event_detail(event: Mapping[str, Any]) -> str:
+    first = event.get("first") or {}
+    text = (event.get("why") or (f"resumes from {event['resume_from']}"
+                                 if event.get("resume_from") else "")
+            or (f"first failure: {first.get('host')}" if first else ""))
+    return str(text)[:160].replace("|", "/")

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from a3rl import checkpointing
 from a3rl.fold import (
     ITEM_EVENTS,
     RESULT_EVENTS,
@@ -348,8 +349,7 @@ def row(record: Path) -> dict[str, Any]:
                 "failed": ((s.get("counts") or {}).get("failed") or 0)
                 + ((s.get("counts") or {}).get("unreachable") or 0),
                 "check": bool(s.get("check")),
-                "training": ", ".join(f"{t['submission_id']} {t['status']}"
-                                      for t in s.get("training") or []),
+                "training": ", ".join(_training_cell(t) for t in s.get("training") or []),
             }
     a = artifact_dir(record)
     command = _read(record / "command.txt") or ""
@@ -480,9 +480,18 @@ def markdown(record: Path, s: dict[str, Any], slowest: int = 15) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def _training_cell(t: dict[str, Any]) -> str:
+    """A job in the ``runs`` table: its id and state, and the run's restarts so far (a
+    resumed attempt is <run id>-r<k>: k - 1 restarts)."""
+    restarts = checkpointing.attempt_of(t["submission_id"]) - 1
+    return f"{t['submission_id']} {t['status']}" + (
+        f" ({restarts} restart{'s' if restarts > 1 else ''})" if restarts else "")
+
+
 def training_report(record: Path, t: dict[str, Any]) -> Path | None:
-    # The training play writes runs/<submission-id>/ into the runs/ folder the record is in.
-    report = record.parent / t["submission_id"] / REPORT_NAME
+    # The training play writes runs/<run id>/ into the runs/ folder the record is in; a
+    # resumed attempt (<run id>-r<k>) writes into its run's folder.
+    report = record.parent / checkpointing.run_id_of(t["submission_id"]) / REPORT_NAME
     return report if report.exists() else None
 
 

@@ -39,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from a3rl import checkpointing
 from a3rl.plan import parse_value, render_value, split_override
 
 # Where the simulator's image holds the CPU stand-in layer (files/verl-cpu-standin).
@@ -51,6 +52,8 @@ PROMPT_LENGTH = 256  # the stand-in datasets' prompts fit (filter_overlong_promp
 RESPONSE_LENGTH = 32
 MICRO_BATCH = 2
 LABEL = "real verl on CPU, tiny model: not comparable with the recipe's figures"
+# The tiny random Qwen3's parameters (a3rl.sim.tiny_qwen3: "about 123k parameters").
+TINY_PARAMS = 123_000
 
 
 @dataclass(frozen=True)
@@ -169,15 +172,36 @@ def cpu_job(job: Mapping[str, Any], nodes: int, layer_dir: str = LAYER_DIR) -> d
                                              env.get("PYTHONPATH", "")) if p)
     config_name = CONFIG_NAMES[job["config_name"]]
     config_path = job["config_path"]
+    changes.insert(0, Change("--config-name", job["config_name"], config_name, MEGATRON))
+    # Its own submission id (the same real plan submitted to the stand-in trainer is
+    # another job): the run name, "cpu", a digest of what this job runs (but where its
+    # checkpoints go, which follows from the id, as in the real plan's id).
+    identity = [o for o in overrides
+                if split_override(o)[1] not in checkpointing.ATTEMPT_KEYS]
+    digest = hashlib.sha256(json.dumps({"module": job["module"], "config": config_name,
+                                        "config_path": config_path, "overrides": identity,
+                                        "env": env},
+                                       sort_keys=True).encode()).hexdigest()[:8]
+    ident = f"{job.get('run_name') or 'a3rl'}-cpu-{digest}"
+    policy = dict(job.get("checkpoint") or {})
+    if policy.get("enabled"):
+        # The run's folder is named by the id of the job that runs; the size estimate is
+        # the tiny model's.
+        policy["dir"] = checkpointing.run_dir(policy["root"], ident)
+        policy["bytes_per_checkpoint"] = TINY_PARAMS * checkpointing.BYTES_PER_PARAM
+        policy["why"] = [*policy.get("why", []), f"CPU profile: the tiny model's about "
+                         f"{TINY_PARAMS // 1000}k parameters, so about "
+                         f"{policy['bytes_per_checkpoint'] // 1000} kB a checkpoint"]
+        overrides = [o for o in overrides
+                     if split_override(o)[1] != "trainer.default_local_dir"]
+        overrides.append(f"trainer.default_local_dir={render_value(policy['dir'])}")
+        changes.append(Change("trainer.default_local_dir", None, policy["dir"],
+                              "the CPU job's own folder, named by its id"))
+        kept = [o for o in kept if o in overrides]
     entrypoint = " ".join(["python3", "-m", str(job["module"]),
                            f"--config-path={shlex.quote(config_path)}",
                            f"--config-name={config_name}",
                            *(shlex.quote(o) for o in overrides)])
-    changes.insert(0, Change("--config-name", job["config_name"], config_name, MEGATRON))
-    # Its own submission id (the same real plan submitted to the stand-in trainer is
-    # another job): the run name, "cpu", a digest of what this job runs.
-    digest = hashlib.sha256(json.dumps({"entrypoint": entrypoint, "env": env},
-                                       sort_keys=True).encode()).hexdigest()[:8]
     return {
         **job,
         "entrypoint": entrypoint,
@@ -188,7 +212,9 @@ def cpu_job(job: Mapping[str, Any], nodes: int, layer_dir: str = LAYER_DIR) -> d
         "replaced": [c.line() for c in changes],
         "kept": kept,
         "label": LABEL,
-        "submission_id": f"{job.get('run_name') or 'a3rl'}-cpu-{digest}",
+        "submission_id": ident,
+        "run_id": ident,
+        "checkpoint": policy,
         "real_overrides": list(job["overrides"]),
     }
 

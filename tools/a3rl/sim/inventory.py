@@ -65,6 +65,8 @@ def hosts(nodes: list[Node], device_plan: Mapping[str, list[str]] | None = None)
 def group_vars(cluster: Cluster, packages: Mapping[str, Path] | None = None,
                cann_archive: CannArchive | None = None, npus: int = 16,
                real_verl: bool = True) -> dict:
+    from a3rl.sim.cluster import SHARED_DIR  # cluster imports this module
+
     packages = packages or {}
     gv = {
         "ansible_user": "root",
@@ -100,6 +102,21 @@ def group_vars(cluster: Cluster, packages: Mapping[str, Path] | None = None,
         # verl's TaskRunner on one node) and a 100 MB object store each.
         "ray_cluster_num_cpus": 2,
         "ray_cluster_object_store_bytes": 100_000_000,
+        # Checkpoints on the folder every simulated node mounts from the host (/shared, the
+        # same content on each), mounted into the training containers: a resume on either
+        # node finds the whole checkpoint, as on a cluster's shared storage.
+        "a3rl_checkpoint_dir": f"{SHARED_DIR}/checkpoints",
+        "a3rl_checkpoint_shared": True,
+        "training_container_extra_volumes": [f"{SHARED_DIR}:{SHARED_DIR}"],
+        # The space check: the stand-in trainer writes no checkpoint, and real verl on CPU
+        # saves the tiny model's (a few MB), not the published model's 459 GB.
+        "train_job_checkpoint_bytes": 10_000_000,
+        # The simulator's steps take seconds, not hours: the run supervisor looks often.
+        "run_supervisor_poll": 3,
+        # The stand-in hccn_tool keeps each die's port in the node's network namespaces,
+        # which a training container does not share: the supervisor's whole-cluster check
+        # reads Ray and npu-smi here; its net-health rule is tested by the unit tests only.
+        "run_supervisor_net_check": False,
         # The stand-in image has no MindSpeed operators to pre-compile.
         "ray_cluster_pre_start_command": "",
         # A worker whose head is unreachable gives up after 15 s and starts again.

@@ -1,0 +1,335 @@
+"""The run supervisor's decisions, with Ray's API and the per-node actions faked: what it
+tells apart (done, stopped by the user, failed, hung), what it does about it (bundle,
+clean, wait for a whole cluster, resubmit from the newest complete checkpoint, give up
+after K tries) and the bundle's first-failure summary."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from a3rl.node import checkpoints, first_failure, supervisor
+
+NODES = {"node1": "10.0.0.1", "node2": "10.0.0.2"}
+HEALTHY_SMI = """\
++------------------------------------------------------------------------------------------------+
+| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|
+| Chip  Phy-ID              | Bus-Id        | AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)        |
++===========================+===============+====================================================+
+| 0     Ascend910           | OK            | 180.0       40                0    / 0             |
+| 0     0                   | 0000:9D:00.0  | 0           0    / 0          3000 / 65536         |
++===========================+===============+====================================================+
+"""
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class FakeApi:
+    """Ray's job API: each job's states over successive polls (the last one repeats)."""
+
+    def __init__(self, clock: FakeClock, script: dict[str, list[tuple[str, str]]]):
+        self.clock = clock
+        self.script = script
+        self.polls: dict[str, int] = {}
+        self.submitted: list[tuple[str, str]] = []
+        self.stopped: list[str] = []
+        self.node_list = [{"node_ip": ip, "state": "ALIVE", "resources_total": {"NPU": 1}}
+                          for ip in NODES.values()]
+
+    def _now(self, sid):
+        """The state the last job() call returned (its log goes with it)."""
+        states = self.script[sid]
+        i = max(self.polls.get(sid, 0) - 1, 0)
+        return states[min(i, len(states) - 1)]
+
+    def job(self, sid):
+        if sid not in self.script:
+            return None
+        if sid in self.stopped:
+            return {"submission_id": sid, "status": "STOPPED", "start_time": 0}
+        self.polls[sid] = self.polls.get(sid, 0) + 1
+        status, _ = self._now(sid)
+        return {"submission_id": sid, "status": status, "message": f"{sid} says {status}",
+                "start_time": 1000}
+
+    def logs(self, sid):
+        return self._now(sid)[1]
+
+    def stop(self, sid):
+        self.stopped.append(sid)
+        return True
+
+    def submit(self, sid, entrypoint, runtime_env, metadata):
+        self.submitted.append((sid, entrypoint))
+        self.script.setdefault(sid, [("RUNNING", "step:1 - a:1"), ("SUCCEEDED", "")])
+        return {"submitted": True, "job": {}}
+
+    def nodes(self):
+        return self.node_list
+
+
+class FakeOps:
+    def __init__(self):
+        self.calls: list[str] = []
+        self.left: dict[str, list[dict]] = {}
+        self.health = {ip: {"npu_smi": {"rc": 0, "out": HEALTHY_SMI, "err": ""},
+                            "net_health": {"0": "net health status: Success"}}
+                       for ip in NODES.values()}
+
+    def __call__(self, action, args):
+        self.calls.append(action)
+        if action == "health":
+            return {"nodes": self.health}
+        if action == "kill":
+            return {"nodes": {ip: {"killed": [{"title": "ray::WorkerDict"}],
+                                   "left": self.left.get(ip, [])}
+                              for ip in NODES.values()}}
+        return {"nodes": {ip: {"clock": 5.0, "head_clock": 5.0, "clock_error": 0.01,
+                               "logs": {}, "trainers": []} for ip in NODES.values()}}
+
+
+def _sup(tmp_path: Path, script, ckpt_dir: Path | None = None, **cfg):
+    clock = FakeClock()
+    api = FakeApi(clock, script)
+    ops = FakeOps()
+    job = {"entrypoint": "cd /w && python3 -m verl.trainer.main_ppo --config-path=/c "
+                         "--config-name=ppo_trainer trainer.save_freq=1",
+           "config_name": "ppo_trainer", "overrides": ["trainer.save_freq=1"], "env": {}}
+    config = {"run_id": "run", "submission_id": "run", "url": "http://x", "state_dir":
+              str(tmp_path), "nodes": NODES, "npus_per_node": 1, "job": job,
+              "checkpoint": {"dir": str(ckpt_dir) if ckpt_dir else None},
+              "poll_s": 5, "backoff_s": 10, "hang_first_step_s": 300, "hang_floor_s": 60,
+              "ops_command": ["false"], **cfg}
+    sup = supervisor.Supervisor(config, api=api, ops=ops, clock=clock, sleep=clock.sleep)
+    return sup, api, ops
+
+
+def _events(tmp_path: Path) -> list[dict]:
+    return [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+
+
+def _checkpoint(folder: Path, step: int) -> None:
+    (folder / f"global_step_{step}" / "actor").mkdir(parents=True)
+    (folder / f"global_step_{step}" / "actor" / "model.pt").write_bytes(b"x")
+    (folder / f"global_step_{step}" / "data.pt").write_bytes(b"x")
+    (folder / checkpoints.MARKER).write_text(str(step))
+
+
+def test_a_run_that_succeeds_is_left_alone(tmp_path):
+    sup, api, ops = _sup(tmp_path, {"run": [("RUNNING", "step:1 - a:1"), ("SUCCEEDED", "")]})
+    assert sup.run() == 0
+    assert api.submitted == [] and ops.calls == []
+    assert json.loads((tmp_path / "state.json").read_text())["result"] == "succeeded"
+
+
+def test_a_job_the_user_stopped_is_never_resumed(tmp_path):
+    sup, api, ops = _sup(tmp_path, {"run": [("RUNNING", ""), ("STOPPED", "")]})
+    assert sup.run() == 0
+    assert api.submitted == [] and "kill" not in ops.calls
+    assert _events(tmp_path)[-1]["event"] == "stopped-by-user"
+
+
+def test_a_failed_job_is_bundled_cleaned_and_resumed_from_the_newest_complete(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    _checkpoint(ckpt, 1)
+    _checkpoint(ckpt, 2)
+    (ckpt / "global_step_3" / "actor").mkdir(parents=True)  # cut short: no marker for it
+    sup, api, ops = _sup(tmp_path / "state", {"run": [("RUNNING", "step:2 - a:1"),
+                                                      ("FAILED", "")]}, ckpt_dir=ckpt)
+    (tmp_path / "state").mkdir()
+    assert sup.run() == 0
+    assert [sid for sid, _ in api.submitted] == ["run-r2"]
+    entry = api.submitted[0][1]
+    assert f"trainer.resume_from_path={ckpt}/global_step_2" in entry
+    assert entry.startswith("cd /w && python3 -m verl.trainer.main_ppo")
+    kinds = [e["event"] for e in _events(tmp_path / "state")]
+    assert kinds == ["follow", "failed", "bundle", "cleaned", "backoff", "whole",
+                     "resubmitted", "succeeded"]
+    resub = _events(tmp_path / "state")[6]
+    assert resub["skipped"] == ["global_step_3 has no completion marker: "
+                                "latest_checkpointed_iteration.txt names step 2, so its save "
+                                "did not finish"]
+    assert ops.calls[:2] == ["report", "kill"]
+    bundle = tmp_path / "state" / "bundles" / "run"
+    assert (bundle / "summary.json").exists() and (bundle / "node2.json").exists()
+    assert (bundle / "driver.log").exists()
+
+
+def test_a_hang_is_detected_within_its_bound_stopped_and_resumed(tmp_path):
+    # Steps every 5 s (one per poll), then none: the bound is max(60, 3 x 5) = 60 s.
+    script = [("RUNNING", "step:1 - a:1"), ("RUNNING", "step:2 - a:1"),
+              ("RUNNING", "step:3 - a:1")]
+    sup, api, ops = _sup(tmp_path, {"run": script})
+    assert sup.run() == 0
+    hang = next(e for e in _events(tmp_path) if e["event"] == "hang")
+    assert "more than the bound of 60 s" in hang["why"] and "last step 3" in hang["why"]
+    # Detected by the first poll past the bound (polls every 5 s).
+    stuck_since = 1_000_000.0 + 2 * 5
+    assert 60 < hang["time"] - stuck_since <= 60 + 5
+    assert api.stopped == ["run"]
+    # The stacks are taken before anything is stopped.
+    assert ops.calls.index("report") < ops.calls.index("kill")
+    assert [sid for sid, _ in api.submitted] == ["run-r2"]
+    # No complete checkpoint: the attempt starts from step 0, and says so.
+    assert "trainer.resume_mode=disable" in api.submitted[0][1]
+
+
+def test_it_gives_up_after_max_tries_and_leaves_no_trainer(tmp_path):
+    always = [("RUNNING", ""), ("FAILED", "")]
+    script = {"run": always, "run-r2": always, "run-r3": always}
+    sup, api, ops = _sup(tmp_path, script, max_tries=2)
+    assert sup.run() == 0
+    assert [sid for sid, _ in api.submitted] == ["run-r2", "run-r3"]
+    last = _events(tmp_path)[-1]
+    assert last["event"] == "gave-up" and "2 resumed attempt(s) failed" in last["why"]
+    assert "left without trainer processes or held NPU devices" in last["why"]
+    assert ops.calls[-1] == "kill"
+    # Backoff doubles: 10 s, then 20 s.
+    assert [e["seconds"] for e in _events(tmp_path) if e["event"] == "backoff"] == [10, 20]
+    # A restarted unit (systemd) reads the result and does nothing more.
+    again, api2, _ = _sup(tmp_path, script, max_tries=2)
+    assert again.run() == 0 and api2.submitted == []
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    (lambda api, ops: api.node_list.pop(), "node2: 0 live raylets listed"),
+    (lambda api, ops: api.node_list.append(dict(api.node_list[0])),
+     "node1: 2 live raylets listed"),
+    (lambda api, ops: ops.health["10.0.0.2"].update(
+        npu_smi={"rc": 0, "out": HEALTHY_SMI.replace("| OK ", "| Alarm"), "err": ""}),
+     "node2: NPU 0 chip 0 (/dev/davinci0) reports health Alarm"),
+    (lambda api, ops: ops.health["10.0.0.1"].update(
+        net_health={"0": "net health status: Fault"}), "node1: NPU port 0 net health Fault"),
+])
+def test_the_cluster_is_whole_only_when_every_check_passes(tmp_path, change, needle):
+    sup, api, ops = _sup(tmp_path, {"run": [("SUCCEEDED", "")]})
+    assert sup.whole_problems() == []
+    change(api, ops)
+    assert any(needle in p for p in sup.whole_problems()), sup.whole_problems()
+
+
+def test_a_cluster_that_does_not_come_back_ends_the_run_with_the_reason(tmp_path):
+    sup, api, ops = _sup(tmp_path, {"run": [("FAILED", "")]}, whole_timeout_s=30)
+    api.node_list.pop()
+    assert sup.run() == 0
+    last = _events(tmp_path)[-1]
+    assert last["event"] == "gave-up" and "did not become whole within 30 s" in last["why"]
+    assert "node2: 0 live raylets" in last["why"] and api.submitted == []
+
+
+def test_the_first_failure_is_a_dead_node_before_its_peers_errors():
+    since = 0.0
+    reports = {
+        "node1": {"clock": 100.0, "head_clock": 100.0, "logs": {
+            "/tmp/ray/session_x/logs/raylet.out":
+                "[2026-12-05 13:20:01,123 E 12 34] node_manager.cc:1: peer went away"}},
+        "node2": {"clock": 103.0, "head_clock": 100.0, "logs": {}},
+    }
+    s = first_failure.summarize(reports, dead=[{"host": "node2", "time": 5.0e9,
+                                                "why": "health check failed"}],
+                                expected=["node1", "node2"], since=since)
+    assert s["first"]["host"] == "node2" and s["line"].startswith("first failure: node2")
+    assert s["offsets"] == {"node1": 0.0, "node2": 3.0}
+    assert any("node2's clock is +3.0 s off" in w for w in s["warnings"])
+    # Without a death, the earliest error line across nodes, on the head's clock.
+    s = first_failure.summarize(reports, dead=[], expected=["node1", "node2"], since=since)
+    assert s["first"]["host"] == "node1" and "peer went away" in s["first"]["line"]
+
+
+def test_error_lines_are_put_on_the_heads_clock_before_they_are_ordered():
+    early = "[2026-12-05 13:20:01,000 E 1 1] a.cc:1: late node's first error"
+    later = "[2026-12-05 13:20:02,000 E 1 1] b.cc:1: other error"
+    reports = {"fast": {"clock": 10.0, "head_clock": 0.0, "logs": {"f.out": early}},
+               "slow": {"clock": 0.0, "head_clock": 0.0, "logs": {"s.out": later}}}
+    # "fast" runs 10 s ahead: its 13:20:01 is 13:19:51 on the head's clock.
+    s = first_failure.summarize(reports, dead=[], expected=["fast", "slow"], since=0,
+                                bound=60)
+    assert s["first"]["host"] == "fast"
+    reports["fast"]["clock"] = -10.0
+    s = first_failure.summarize(reports, dead=[], expected=["fast", "slow"], since=0,
+                                bound=60)
+    assert s["first"]["host"] == "slow"
+
+
+def test_a_traceback_without_timestamps_counts_at_its_files_last_write():
+    lines = first_failure.error_lines(
+        "/tmp/ray/session_x/logs/worker-1.err",
+        "Traceback (most recent call last):\n  File x\nRuntimeError: boom\n", mtime=42.0)
+    assert lines == [{"time": 42.0, "line": "RuntimeError: boom",
+                      "source": "/tmp/ray/session_x/logs/worker-1.err (a traceback; its "
+                                "last write)"}]
+
+
+def test_cluster_ops_finds_trainer_processes_by_their_ray_titles(monkeypatch, tmp_path):
+    from a3rl.node import cluster_ops
+
+    procs = {"11": (b"ray::WorkerDict.actor_rollout_generate\0", "11 (ray::Work) T 1"),
+             "12": (b"python3\0-m\0verl\0", "12 (python3) S 1"),
+             "13": (b"ray::TaskRunner.run\0", "13 (ray::Task) R 1")}
+    real_open = open
+
+    def fake_open(path, mode="r", *a, **k):
+        parts = str(path).split("/")
+        if len(parts) == 4 and parts[1] == "proc" and parts[2] in procs:
+            import io
+            cmd, stat = procs[parts[2]]
+            return io.BytesIO(cmd) if "b" in mode else io.StringIO(stat)
+        return real_open(path, mode, *a, **k)
+
+    monkeypatch.setattr(os, "listdir", lambda p: list(procs) + ["self"])
+    monkeypatch.setattr("builtins.open", fake_open)
+    found = cluster_ops.trainers()
+    assert [(p["pid"], p["state"]) for p in found] == [(11, "T"), (13, "R")]
+
+
+def test_giving_up_names_what_the_kill_left(tmp_path):
+    always = [("RUNNING", ""), ("FAILED", "")]
+    sup, api, ops = _sup(tmp_path, {"run": always, "run-r2": always}, max_tries=1)
+    ip = next(iter(NODES.values()))
+    ops.left = {ip: [{"pid": 7, "title": "python3 leftover", "devices": ["/dev/davinci3"]}]}
+    assert sup.run() == 0
+    last = _events(tmp_path)[-1]
+    assert last["event"] == "gave-up"
+    assert f"{ip}: pid 7 python3 leftover holding /dev/davinci3" in last["why"]
+    assert "without trainer processes" not in last["why"]
+    cleaned = [e for e in _events(tmp_path) if e["event"] == "cleaned"][-1]
+    assert cleaned["left"] == {ip: ops.left[ip]}
+
+
+def test_cluster_ops_kills_a_process_that_holds_a_device_file(tmp_path):
+    # A real process with a stand-in device file open (a file named like /dev/davinciN
+    # under tmp_path; the node's own /dev is not touched) and a trainer title no process
+    # here has, so that nothing else on this machine is a target.
+    import re
+    import subprocess
+
+    from a3rl.node import cluster_ops
+
+    device = tmp_path / "davinci3"
+    device.write_bytes(b"")
+    pattern = re.compile(rf"^{re.escape(str(tmp_path))}/davinci[0-9]+$")
+    with device.open("rb") as held:
+        proc = subprocess.Popen(["sleep", "60"], stdin=held)
+    try:
+        found = cluster_ops.holders(pattern)
+        assert [(p["pid"], p["devices"]) for p in found] == [(proc.pid, [str(device)])]
+        got = cluster_ops.kill(settle=5, titles=("a3rl-test-no-such-title",), device=pattern)
+        assert [p["pid"] for p in got["killed"]] == [proc.pid] and got["left"] == []
+        proc.wait(timeout=5)
+        assert proc.returncode == -9
+        assert cluster_ops.holders(pattern) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()

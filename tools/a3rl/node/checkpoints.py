@@ -1,0 +1,161 @@
+"""A run's verl checkpoints on a node: which are complete, the newest to resume from; a
+run's attempts (``<run id>-r<k>``) and the job of a resumed one.
+
+Standard library only: shipped to the nodes as ``ansible.module_utils.a3rl_checkpoints``.
+
+verl 0.6.0 (``verl/trainer/ppo/ray_trainer.py`` ``_save_checkpoint``) writes a checkpoint
+as ``<default_local_dir>/global_step_<N>/`` with ``actor/`` (the workers' shards) and
+``data.pt`` (the dataloader's state), then, last, the completion marker
+``<default_local_dir>/latest_checkpointed_iteration.txt`` holding N. So:
+
+* a folder whose step is above the marker's was cut short (the save did not finish);
+* a folder at or below the marker's step is complete when ``actor/`` holds files and
+  ``data.pt`` exists (verl's rotation may have removed older ones while it ran);
+* without a marker no folder is known to be complete.
+
+verl's own ``resume_mode=auto`` trusts the marker alone and starts from step 0 when the
+marker's folder is missing; a3rl picks the newest complete folder itself and passes it
+as ``resume_from_path``, saying why each newer one was skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+MARKER = "latest_checkpointed_iteration.txt"
+# The attempt suffix of a resumed run's submission id: <run id>-r<attempt>.
+ATTEMPT = re.compile(r"-r(\d+)$")
+STEP_DIR = re.compile(r"^global_step_(\d+)$")
+
+
+def marker_step(run_dir):
+    """The step verl's completion marker names, or None (no marker, or not a number)."""
+    try:
+        with open(os.path.join(run_dir, MARKER), encoding="utf-8") as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _has_files(path):
+    for _root, _dirs, files in os.walk(path):
+        if files:
+            return True
+    return False
+
+
+def scan(run_dir):
+    """Every ``global_step_<N>`` folder of the run, newest first, each with ``step``,
+    ``path``, ``complete`` and, when not complete, ``why``; and the marker's step."""
+    marker = marker_step(run_dir)
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        names = []
+    found = []
+    for name in names:
+        match = STEP_DIR.match(name)
+        path = os.path.join(run_dir, name)
+        if not match or not os.path.isdir(path):
+            continue
+        step = int(match.group(1))
+        entry = {"step": step, "path": path, "complete": False}
+        if marker is None:
+            entry["why"] = (f"{name} has no completion marker: {MARKER} is missing or "
+                            "unreadable (verl writes it last, after every part)")
+        elif step > marker:
+            entry["why"] = (f"{name} has no completion marker: {MARKER} names step "
+                            f"{marker}, so its save did not finish")
+        elif not _has_files(os.path.join(path, "actor")):
+            entry["why"] = f"{name} is incomplete: actor/ holds no shard"
+        elif not os.path.isfile(os.path.join(path, "data.pt")):
+            entry["why"] = f"{name} is incomplete: data.pt (the dataloader's state) is missing"
+        else:
+            entry["complete"] = True
+        found.append(entry)
+    found.sort(key=lambda e: e["step"], reverse=True)
+    return {"marker": marker, "checkpoints": found}
+
+
+def newest_complete(run_dir):
+    """``(checkpoint or None, skipped)``: the newest complete checkpoint and the reasons
+    the newer ones were skipped (one line each)."""
+    found = scan(run_dir)["checkpoints"]
+    skipped = []
+    for entry in found:
+        if entry["complete"]:
+            return entry, skipped
+        skipped.append(entry["why"])
+    return None, skipped
+
+
+def free_bytes(path):
+    """Free bytes for an unprivileged writer at ``path``, or at its nearest existing
+    parent when it does not exist yet (the run's folder is made by verl)."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize, path
+
+
+def attempt_of(submission_id: str) -> int:
+    """1 for a run's first submission, k for ``<run id>-r<k>``."""
+    match = ATTEMPT.search(submission_id)
+    return int(match.group(1)) if match else 1
+
+
+def run_id_of(submission_id: str) -> str:
+    """The run an attempt belongs to: ``<run id>`` of ``<run id>-r<k>``."""
+    match = ATTEMPT.search(submission_id)
+    return submission_id[:match.start()] if match else submission_id
+
+
+def next_attempt(run_id: str, jobs: Iterable[Mapping[str, Any]]) -> int:
+    """The attempt number after every one Ray lists for ``run_id``."""
+    seen = [1 if j.get("submission_id") == run_id else attempt_of(j["submission_id"])
+            for j in jobs if _of_run(str(j.get("submission_id") or ""), run_id)]
+    return max(seen, default=0) + 1
+
+
+def attempts(run_id: str, jobs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Ray's records of the run's attempts, in attempt order."""
+    mine = [dict(j) for j in jobs if _of_run(str(j.get("submission_id") or ""), run_id)]
+    return sorted(mine, key=lambda j: attempt_of(j["submission_id"]))
+
+
+def _of_run(submission_id: str, run_id: str) -> bool:
+    return submission_id == run_id or (submission_id.startswith(run_id + "-r")
+                                       and ATTEMPT.search(submission_id) is not None
+                                       and submission_id[:ATTEMPT.search(submission_id)
+                                                         .start()] == run_id)
+
+
+def resume_job(job: Mapping[str, Any], run_id: str, attempt: int,
+               from_path: str | None) -> dict[str, Any]:
+    """The job of attempt ``attempt`` of the run: the same job, resuming from
+    ``from_path`` (a ``global_step_<N>`` folder), or from step 0 when there is none, under
+    the submission id ``<run id>-r<attempt>``."""
+    if attempt < 2:
+        raise ValueError(f"attempt {attempt}: a resumed attempt is the second or later")
+    extra = (["trainer.resume_mode=resume_path", f"trainer.resume_from_path={from_path}"]
+             if from_path else ["trainer.resume_mode=disable"])
+    keep = [o for o in job["overrides"]
+            if o.lstrip("+~").split("=", 1)[0] not in ("trainer.resume_mode",
+                                                       "trainer.resume_from_path")]
+    overrides = [*keep, *extra]
+    prefix = job["entrypoint"].split(" --config-name=", 1)[0]
+    entrypoint = " ".join([prefix, f"--config-name={job['config_name']}",
+                           *(shlex.quote(o) for o in overrides)])
+    return {**job, "overrides": overrides, "entrypoint": entrypoint,
+            "hydra_overrides": [o for o in overrides if not o.startswith("+")],
+            "submission_id": f"{run_id}-r{attempt}", "run_id": run_id, "attempt": attempt,
+            "resume_from": from_path}

@@ -1,0 +1,308 @@
+"""The run supervisor's hands on every node: a Ray driver run on the head, where Ray is.
+
+The supervisor (``supervisor.py``) runs on the head's host; this file is piped to
+``python3 -`` in the head's training container (or on the host in Ray's host mode) with
+an action and its JSON arguments, connects to the running cluster and runs one task
+pinned to each live node (``NodeAffinitySchedulingStrategy``, ``num_cpus=0``: a job that
+holds every CPU does not block it). It prints one JSON document: ``{"nodes": {ip:
+result}}``, each result with the node's clock and the head's at the midpoint of the
+shortest round trip of a task that reads it (``clock``, ``head_clock``, ``clock_error``
+= half that round trip), for the clock offset.
+
+Actions:
+
+* ``report``: what the forensic bundle holds of a node: verl's trainer processes (Ray
+  actors ``ray::TaskRunner``, ``ray::WorkerDict``) with their state and stacks
+  (``py-spy dump`` where it is installed; otherwise the kernel's ``/proc/<pid>/stack``
+  and ``wchan``, which say where a process waits but not its Python frames), the last
+  lines of Ray's logs written since the attempt started (every session's: a node whose
+  Ray restarted keeps the logs of the session that failed), the kernel log's OOM kills,
+  ``npu-smi info``, the Ascend plog files written since, and the raw outputs the
+  supervisor judges health from (``npu-smi info``, ``hccn_tool -net_health``).
+* ``health``: only those raw health outputs.
+* ``kill``: every trainer process left on the node, and every process that still has an
+  NPU's device file (``/dev/davinciN``) open, is sent SIGCONT and SIGKILL (a stopped
+  process must run again to die in an orderly way; SIGKILL needs no cooperation); then
+  the node is read again (``left``: what still runs or holds a device a few seconds
+  later). A process with a device file open is what the vendor's driver installer calls
+  an occupied device (docs/vendor-behaviour.md, "devices in use"); a crashed run's
+  leftovers hold the devices the next attempt needs.
+
+Standard library and Ray only. Ray 2.48 (the recipe's) and 2.60 both have the calls used
+(``ray.nodes``, ``ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy``).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+# Process titles Ray gives verl's actors (``ray::<class>`` and ``ray::<class>.<method>``).
+TRAINER_TITLES = ("ray::TaskRunner", "ray::WorkerDict")
+LOG_GLOBS = ("/tmp/ray/session_*/logs/*.out", "/tmp/ray/session_*/logs/*.err",
+             "/tmp/ray/session_*/logs/*.log")
+PLOG_GLOBS = ("/root/ascend/log/*/plog/*.log", "/root/ascend/log/plog/*.log")
+NPU_SMI = ("npu-smi", "/usr/local/bin/npu-smi")
+HCCN_TOOL = ("hccn_tool", "/usr/local/Ascend/driver/tools/hccn_tool", "/usr/local/sbin/hccn_tool")
+
+
+def _run(argv: list[str], timeout: float = 30) -> dict:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                              check=False)
+        return {"rc": done.returncode, "out": done.stdout[-200_000:],
+                "err": done.stderr[-20_000:]}
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return {"rc": None, "out": "", "err": str(e)}
+
+
+def _tool(names: tuple[str, ...]) -> str | None:
+    for name in names:
+        found = shutil.which(name) or (name if os.path.isabs(name) and os.access(name, os.X_OK)
+                                       else None)
+        if found:
+            return found
+    return None
+
+
+def trainers(titles: tuple[str, ...] = TRAINER_TITLES) -> list[dict]:
+    """verl's actor processes on this node: pid, title, state (R, S, D, T: stopped...)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                title = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            with open(f"/proc/{entry}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if title.startswith(titles):
+            found.append({"pid": int(entry), "title": title[:200], "state": state})
+    return found
+
+
+DEVICE = re.compile(r"^/dev/davinci[0-9]+$")
+
+
+def holders(device: re.Pattern = DEVICE) -> list[dict]:
+    """Processes on this node (but this one) with an NPU's device file open: pid, title,
+    devices."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        devices = set()
+        try:
+            for fd in os.listdir(f"/proc/{entry}/fd"):
+                try:
+                    target = os.readlink(f"/proc/{entry}/fd/{fd}")
+                except OSError:
+                    continue
+                if device.match(target):
+                    devices.add(target)
+            if not devices:
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                title = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        found.append({"pid": int(entry), "title": title[:200], "devices": sorted(devices)})
+    return found
+
+
+def _stack(pid: int, spy: str | None) -> dict:
+    if spy:
+        got = _run([spy, "dump", "--pid", str(pid)], timeout=60)
+        if got["rc"] != 0:
+            # py-spy pauses the process to read a consistent stack, which fails on one
+            # already stopped (SIGSTOP, a debugger): read it as it stands.
+            got = _run([spy, "dump", "--nonblocking", "--pid", str(pid)], timeout=60)
+        if got["rc"] == 0:
+            return {"tool": "py-spy", "text": got["out"]}
+        fallback = f"py-spy failed ({got['err'].strip()[:300]}); "
+    else:
+        fallback = "py-spy is not installed in the training container; "
+    out = {"tool": "kernel", "text": fallback + "kernel stack and wait channel follow\n"}
+    for name in ("wchan", "stack"):
+        try:
+            with open(f"/proc/{pid}/{name}") as f:
+                out["text"] += f"--- /proc/{pid}/{name}\n{f.read()}\n"
+        except OSError as e:
+            out["text"] += f"--- /proc/{pid}/{name}: {e}\n"
+    return out
+
+
+def _tail(path: str, lines: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 256 * 1024))
+            text = f.read().decode(errors="replace")
+    except OSError as e:
+        return f"({e})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def health(npus: int, net: bool = True) -> dict:
+    """The raw outputs the supervisor judges a node's health from (``net``: also every
+    NPU port's ``hccn_tool -net_health``)."""
+    out: dict = {}
+    smi = _tool(NPU_SMI)
+    out["npu_smi"] = _run([smi, "info"]) if smi else None
+    tool = _tool(HCCN_TOOL) if net else None
+    if tool:
+        out["net_health"] = {str(d): _run([tool, "-i", str(d), "-net_health", "-g"])["out"]
+                             for d in range(npus)}
+    else:
+        out["net_health"] = None
+    return out
+
+
+def report(since: float, lines: int, npus: int, net: bool = True) -> dict:
+    # Ray's own Python ships py-spy with ray[default]: beside the interpreter, if not on PATH.
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    spy = shutil.which("py-spy") or (beside if os.access(beside, os.X_OK) else None)
+    procs = trainers()
+    for p in procs:
+        p["stack"] = _stack(p["pid"], spy)
+    logs, mtimes = {}, {}
+    for pattern in LOG_GLOBS:
+        for path in sorted(glob.glob(pattern)):
+            try:
+                mtime = os.path.getmtime(path)
+            except OSError:
+                continue
+            if mtime >= since:
+                logs[path], mtimes[path] = _tail(path, lines), mtime
+    plogs = {}
+    for pattern in PLOG_GLOBS:
+        for path in sorted(glob.glob(pattern))[-20:]:
+            try:
+                if os.path.getmtime(path) >= since:
+                    plogs[path] = _tail(path, lines)
+            except OSError:
+                continue
+    dmesg = _run(["dmesg", "-T"])
+    oom = [line for line in dmesg["out"].splitlines()
+           if any(k in line for k in ("Out of memory", "oom-kill", "Killed process"))]
+    return {"trainers": procs, "holders": holders(), "logs": logs, "mtimes": mtimes,
+            "plogs": plogs,
+            "oom": oom if dmesg["rc"] == 0 else None,
+            "oom_error": None if dmesg["rc"] == 0 else (dmesg["err"] or "dmesg failed")[:300],
+            **health(npus, net)}
+
+
+def kill(settle: float = 10.0, titles: tuple[str, ...] = TRAINER_TITLES,
+         device: re.Pattern = DEVICE) -> dict:
+    """Trainers and device holders killed; ``left``: those still there after ``settle``
+    seconds at most (SIGKILL is delivered at once, the exit and the closing of the
+    device files take the kernel a moment)."""
+    killed = []
+    seen = set()
+    for p in trainers(titles) + holders(device):
+        if p["pid"] in seen:
+            continue
+        seen.add(p["pid"])
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            try:
+                os.kill(p["pid"], sig)
+            except OSError:
+                pass
+        killed.append(p)
+    deadline = time.time() + settle
+    left = trainers(titles) + holders(device)
+    while left and time.time() < deadline:
+        time.sleep(0.5)
+        left = trainers(titles) + holders(device)
+    return {"killed": killed, "left": left}
+
+
+# Round trips of the clock probe per node; the shortest one's midpoint is taken.
+CLOCK_PROBES = 3
+
+
+def _now() -> float:
+    """The node's clock (a Ray task: a function, not the builtin)."""
+    return time.time()
+
+
+def on_node(action: str, args: dict) -> dict:
+    """One node's part, run as a Ray task pinned to it."""
+    started = time.time()
+    if action == "report":
+        body = report(float(args.get("since", 0)), int(args.get("lines", 300)),
+                      int(args.get("npus", 0)), bool(args.get("net", True)))
+    elif action == "health":
+        body = health(int(args.get("npus", 0)), bool(args.get("net", True)))
+    elif action == "kill":
+        body = kill()
+    else:
+        raise ValueError(f"unknown action {action}")
+    return {"host": socket.gethostname(), "clock": started, **body}
+
+
+def main(argv: list[str]) -> int:
+    action, args = argv[1], json.loads(argv[2]) if len(argv) > 2 else {}
+    try:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    except ImportError as e:
+        print(json.dumps({"nodes": {}, "error": f"no Ray where cluster_ops ran ({e}). Fix: "
+                          "run_supervisor_ops_command must run the Python that has Ray"}))
+        return 2
+
+    ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
+    task = ray.remote(num_cpus=0, max_retries=0)(on_node)
+    out: dict = {}
+    pending = {}
+    strategies = {}
+    for node in ray.nodes():
+        if not node.get("Alive"):
+            continue
+        ip = node.get("NodeManagerAddress")
+        strategy = NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False)
+        strategies[ip] = strategy
+        pending[ip] = (time.time(), task.options(scheduling_strategy=strategy).remote(action,
+                                                                                      args))
+    deadline = time.time() + float(args.get("timeout", 180))
+    for ip, (_sent, ref) in pending.items():
+        try:
+            out[ip] = ray.get(ref, timeout=max(1.0, deadline - time.time()))
+        except Exception as e:  # noqa: BLE001  (a node that fails is reported, not fatal)
+            out[ip] = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
+    # Each node's clock against the head's, from the shortest of a few round trips of a
+    # task that only reads the clock (the report's own round trip takes seconds).
+    probe = ray.remote(num_cpus=0, max_retries=0)(_now)
+    for ip, result in out.items():
+        if "error" in result:
+            continue
+        best = None
+        for _ in range(CLOCK_PROBES):
+            sent = time.time()
+            try:
+                node_clock = ray.get(probe.options(scheduling_strategy=strategies[ip]).remote(),
+                                     timeout=10)
+            except Exception:  # noqa: BLE001  (no offset rather than no report)
+                break
+            back = time.time()
+            if best is None or back - sent < 2 * best[2]:
+                best = (node_clock, (sent + back) / 2, (back - sent) / 2)
+        if best is not None:
+            result["clock"], result["head_clock"], result["clock_error"] = best
+    print(json.dumps({"nodes": out}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,394 @@
+"""The run supervisor: follows one training run on the head after it was submitted, so a
+controller that goes away loses nothing, and brings the run back after a failure.
+
+It runs as ``a3rl-supervise@<run id>.service`` on the head (systemd, like Ray), reading
+``<state dir>/config.json`` written by the training play, and keeps the run's story in
+``<state dir>/events.jsonl`` (one JSON object a line) and ``state.json``; the forensic
+bundles go to ``<state dir>/bundles/<submission id>/``. The play copies them into the run
+record on the controller whenever it follows or reports the run.
+
+What it tells apart, for the run's current attempt (Ray's job API on the head):
+
+* SUCCEEDED: the run is done.
+* STOPPED by someone else (``ray job stop``, the play's stop action): the user's wish;
+  never resumed.
+* FAILED, or the job gone from Ray's list (the head restarted): a failure.
+* RUNNING with no new step for longer than the hang bound: a hang. The bound before the
+  attempt's first step is ``hang_first_step_s`` (model load and the first rollout; from
+  the plan's expected step time); after it, ``hang_factor`` times the median step time
+  the attempt measured, at least ``hang_floor_s``.
+
+On a failure or a hang it collects the forensic bundle (every live node's report through
+``cluster_ops.py``, the job's driver log; for a hang before anything is stopped, so the
+stacks show where it waits), stops what is left (the job through Ray, then any trainer
+process on every node), waits until the cluster is whole again (every expected node's
+raylet ALIVE exactly once, NPUs healthy, every NPU port's network health Success), and
+submits the next attempt (``<run id>-r<k>``) resuming from the newest complete
+checkpoint. After ``max_tries`` such tries, waiting ``backoff_s`` doubled after each
+(at most ``backoff_max_s``), it gives up, says why, and leaves no trainer process.
+
+Standard library only; on the head its node-side neighbours are files beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+try:  # the project's tree (tests, the controller)
+    from a3rl.node import checkpoints, first_failure, metrics, npu_network, rayjobs
+    from a3rl.node import npu as npu_facts
+except ImportError:  # shipped to the head: the files beside this one
+    import checkpoints  # type: ignore[no-redef]
+    import first_failure  # type: ignore[no-redef]
+    import metrics  # type: ignore[no-redef]
+    import npu as npu_facts  # type: ignore[no-redef]
+    import npu_network  # type: ignore[no-redef]
+    import rayjobs  # type: ignore[no-redef]
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OPS = os.path.join(HERE, "cluster_ops.py")
+# Final results, written to state.json as ``result``.
+SUCCEEDED, USER_STOPPED, GAVE_UP = "succeeded", "stopped-by-user", "gave-up"
+DEFAULTS = {"poll_s": 30, "max_tries": 3, "backoff_s": 60, "backoff_max_s": 900,
+            "hang_first_step_s": 7200, "hang_factor": 3.0, "hang_floor_s": 600,
+            "whole_timeout_s": 1800, "log_lines": 300, "ops_timeout_s": 180}
+
+
+class Supervisor:
+    """One run's supervisor. ``api``, ``ops``, ``clock`` and ``sleep`` are seams for the
+    unit tests; by default Ray's job API, ``cluster_ops.py`` and the wall clock."""
+
+    def __init__(self, config: Mapping[str, Any], api: Any = None,
+                 ops: Callable[[str, dict], dict] | None = None,
+                 clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.cfg = {**DEFAULTS, **config}
+        self.dir = self.cfg["state_dir"]
+        self.api = api or RayApi(self.cfg["url"], self.cfg.get("token_env_file"))
+        self.ops = ops or self._ops
+        self.clock = clock
+        self.sleep = sleep
+        self.state = self._load_state()
+
+    # --- state and events ---
+
+    def _load_state(self) -> dict[str, Any]:
+        try:
+            with open(os.path.join(self.dir, "state.json"), encoding="utf-8") as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return {"run_id": self.cfg["run_id"], "submission_id": self.cfg["submission_id"],
+                    "tries": 0, "result": None}
+
+    def _save(self) -> None:
+        _write_json(os.path.join(self.dir, "state.json"), self.state)
+
+    def event(self, kind: str, **fields: Any) -> None:
+        record = {"time": self.clock(), "event": kind,
+                  "submission_id": self.state["submission_id"], **fields}
+        with open(os.path.join(self.dir, "events.jsonl"), "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+        print(json.dumps(record, sort_keys=True), flush=True)
+
+    # --- the loop ---
+
+    def run(self) -> int:
+        """Follow the run until it succeeds, the user stops it, or it gives up."""
+        if self.state.get("result"):
+            return 0
+        self.event("follow", tries=self.state["tries"])
+        seen = _Progress(self.clock())
+        while True:
+            record = self.api.job(self.state["submission_id"])
+            status = (record or {}).get("status")
+            if status == "SUCCEEDED":
+                return self._finish(SUCCEEDED, "the run's last attempt succeeded")
+            if status == "STOPPED":
+                return self._finish(USER_STOPPED, "the job was stopped by someone else "
+                                    "(ray job stop, the play's stop action): not resumed")
+            if record is None or status == "FAILED":
+                why = (f"Ray no longer lists {self.state['submission_id']} (the head "
+                       "restarted)") if record is None else \
+                    f"the job failed: {(record.get('message') or '').strip()[:500]}"
+                if not self._recover("failed", why, record):
+                    return 0
+                seen = _Progress(self.clock())
+            elif status in ("RUNNING", "PENDING"):
+                where = metrics.progress(self.api.logs(self.state["submission_id"]))
+                seen.update(where.get("step"), self.clock())
+                bound = seen.bound(self.cfg)
+                if self.clock() - seen.since > bound:
+                    why = (f"no new step for {self.clock() - seen.since:.0f} s, more than the "
+                           f"bound of {bound:.0f} s ({seen.bound_reason(self.cfg)}); last "
+                           f"step {seen.step if seen.step is not None else 'none'}")
+                    if not self._recover("hang", why, record):
+                        return 0
+                    seen = _Progress(self.clock())
+            self.sleep(float(self.cfg["poll_s"]))
+
+    def _finish(self, result: str, why: str) -> int:
+        self.state["result"] = result
+        self._save()
+        self.event(result, why=why)
+        return 0
+
+    def _recover(self, kind: str, why: str, record: Mapping[str, Any] | None) -> bool:
+        """A failure or hang: bundle, clean, wait, resubmit. False when it gave up."""
+        sid = self.state["submission_id"]
+        self.event(kind, why=why)
+        self._bundle(sid, record)
+        if record is not None and record.get("status") in ("RUNNING", "PENDING"):
+            self.api.stop(sid)
+            self._wait_ended(sid)
+        left = self._clean()
+        self.state["tries"] += 1
+        self._save()
+        if self.state["tries"] > int(self.cfg["max_tries"]):
+            self.state["result"] = GAVE_UP
+            self._save()
+            self.event(GAVE_UP, why=f"{self.state['tries'] - 1} resumed attempt(s) failed "
+                       f"(max_tries={self.cfg['max_tries']}); the last: {why}. {left} Fix: "
+                       f"read the bundles in {self.dir}/bundles, fix the cause, then resume "
+                       f"the run (-e train_job_resume=true)")
+            return False
+        wait = min(float(self.cfg["backoff_s"]) * 2 ** (self.state["tries"] - 1),
+                   float(self.cfg["backoff_max_s"]))
+        self.event("backoff", seconds=wait, tries=self.state["tries"])
+        self.sleep(wait)
+        problems = self._wait_whole()
+        if problems:
+            left = self._clean()
+            self.state["result"] = GAVE_UP
+            self._save()
+            self.event(GAVE_UP, why="the cluster did not become whole within "
+                       f"{self.cfg['whole_timeout_s']} s: " + "; ".join(problems) + f". {left}")
+            return False
+        self._resubmit()
+        return True
+
+    def _clean(self) -> str:
+        """Kill what is left of the job on every node (trainers, processes holding an
+        NPU's device file); the sentence that says what the cluster was left with."""
+        got = self.ops("kill", {}).get("nodes", {})
+        self.event("cleaned", killed={ip: [p["title"] for p in r.get("killed", [])]
+                                      for ip, r in got.items()},
+                   left={ip: r["left"] for ip, r in got.items() if r.get("left")},
+                   errors={ip: r["error"] for ip, r in got.items() if r.get("error")})
+        left = [f"{ip}: pid {p['pid']} {p['title'][:60]}"
+                + (f" holding {', '.join(p['devices'])}" if p.get("devices") else "")
+                for ip, r in got.items() for p in r.get("left", [])]
+        unread = [ip for ip, r in got.items() if r.get("error")]
+        if left:
+            return "Still running after the kill: " + "; ".join(left) + "."
+        if unread or not got:
+            return ("The cluster could not be cleaned everywhere: no answer from "
+                    + (", ".join(unread) if unread else "any node") + ".")
+        return "The cluster was left without trainer processes or held NPU devices."
+
+    def _wait_ended(self, sid: str) -> None:
+        deadline = self.clock() + 120
+        while self.clock() < deadline:
+            if (self.api.job(sid) or {}).get("status") not in ("RUNNING", "PENDING"):
+                return
+            self.sleep(2)
+
+    def _wait_whole(self) -> list[str]:
+        deadline = self.clock() + float(self.cfg["whole_timeout_s"])
+        problems = ["not checked yet"]
+        while True:
+            problems = self.whole_problems()
+            if not problems:
+                self.event("whole")
+                return []
+            if self.clock() >= deadline:
+                return problems
+            self.event("waiting", problems=problems)
+            self.sleep(10)
+
+    def whole_problems(self) -> list[str]:
+        """Why the cluster is not whole yet: an expected node's raylet missing or listed
+        twice as ALIVE, NPUs short of the inventory's, a chip not OK, an NPU port's net
+        health not Success."""
+        nodes = self.api.nodes()
+        want = dict(self.cfg["nodes"])  # host -> cluster IP
+        npus = int(self.cfg.get("npus_per_node", 0))
+        alive = [n for n in nodes if n.get("state") == "ALIVE"]
+        problems = []
+        for host, ip in sorted(want.items()):
+            mine = [n for n in alive if str(n.get("node_ip")) == str(ip)]
+            if len(mine) != 1:
+                problems.append(f"{host}: {len(mine)} live raylets listed (want 1)")
+        total = sum(float((n.get("resources_total") or {}).get("NPU", 0)) for n in alive)
+        if npus and total != npus * len(want):
+            problems.append(f"Ray counts {total:g} NPUs, the inventory {npus * len(want)}")
+        if problems:
+            return problems
+        checked = self.ops("health", {"npus": npus, "net": bool(self.cfg.get("net_check", True))})
+        by_ip = {str(ip): host for host, ip in want.items()}
+        for ip, got in sorted(checked.get("nodes", {}).items()):
+            host = by_ip.get(str(ip), str(ip))
+            if got.get("error"):
+                problems.append(f"{host}: {got['error']}")
+                continue
+            smi = got.get("npu_smi")
+            if smi is not None:
+                if smi.get("rc") != 0:
+                    problems.append(f"{host}: npu-smi info failed ({smi.get('err', '')[:200]})")
+                else:
+                    problems += npu_facts.npu_health_problems(
+                        host, npu_facts.parse_npu_smi_info(smi.get("out", "")), npus)
+            for dev, text in sorted((got.get("net_health") or {}).items()):
+                state = npu_network.parse_net_health(text)
+                if state != "Success":
+                    problems.append(f"{host}: NPU port {dev} net health {state or 'unknown'}")
+        return problems
+
+    def _bundle(self, sid: str, record: Mapping[str, Any] | None) -> None:
+        """The forensic bundle of the attempt that failed or hung."""
+        folder = os.path.join(self.dir, "bundles", sid)
+        os.makedirs(folder, exist_ok=True)
+        since = float((record or {}).get("start_time") or 0) / 1000 or self.clock() - 3600
+        got = self.ops("report", {"since": since, "lines": int(self.cfg["log_lines"]),
+                                  "npus": int(self.cfg.get("npus_per_node", 0)),
+                                  "net": bool(self.cfg.get("net_check", True)),
+                                  "timeout": int(self.cfg["ops_timeout_s"])})
+        try:
+            driver = self.api.logs(sid)
+        except rayjobs.RayApiError as e:
+            driver = f"(the job's driver log could not be read: {e})"
+        with open(os.path.join(folder, "driver.log"), "w", encoding="utf-8") as f:
+            f.write(driver)
+        names = {str(ip): host for host, ip in dict(self.cfg["nodes"]).items()}
+        nodes = {names.get(str(ip), str(ip)): r for ip, r in got.get("nodes", {}).items()}
+        for host, data in nodes.items():
+            _write_json(os.path.join(folder, f"{host}.json"), data)
+        dead = [n for n in self.api.nodes() if n.get("state") == "DEAD"
+                and float(n.get("end_time_ms") or 0) / 1000 >= since]
+        summary = first_failure.summarize(
+            nodes, dead=[{"host": names.get(str(n.get("node_ip")), str(n.get("node_ip"))),
+                          "time": float(n.get("end_time_ms") or 0) / 1000,
+                          "why": n.get("state_message") or "Ray marked the node DEAD"}
+                         for n in dead],
+            expected=sorted(dict(self.cfg["nodes"])), since=since,
+            bound=float(self.cfg.get("clock_bound_s", 1.0)))
+        _write_json(os.path.join(folder, "summary.json"), summary)
+        self.event("bundle", folder=folder, first=summary.get("first"),
+                   warnings=summary.get("warnings"))
+
+    def _resubmit(self) -> None:
+        run_id = self.cfg["run_id"]
+        attempt = checkpoints.attempt_of(self.state["submission_id"]) + 1
+        folder = (self.cfg.get("checkpoint") or {}).get("dir")
+        newest, skipped = checkpoints.newest_complete(folder) if folder else (None, [])
+        job = checkpoints.resume_job(self.cfg["job"], run_id, attempt,
+                                     newest["path"] if newest else None)
+        self.api.submit(job["submission_id"], job["entrypoint"],
+                        {"env_vars": dict(self.cfg["job"].get("env") or {})},
+                        {**(self.cfg.get("metadata") or {}), "attempt": str(attempt)})
+        self.state["submission_id"] = job["submission_id"]
+        self._save()
+        self.event("resubmitted", attempt=attempt,
+                   resume_from=newest["path"] if newest else None, skipped=skipped)
+
+    def _ops(self, action: str, args: dict) -> dict:
+        """``cluster_ops.py`` as a Ray driver where Ray runs on the head."""
+        with open(OPS, encoding="utf-8") as f:
+            code = f.read()
+        env = dict(os.environ)
+        env.update(rayjobs.read_env_file(self.cfg.get("token_env_file")))
+        argv = [*self.cfg["ops_command"], action, json.dumps(args)]
+        done = subprocess.run(argv, input=code, capture_output=True, text=True, env=env,
+                              timeout=float(self.cfg["ops_timeout_s"]) + 60, check=False)
+        try:
+            return json.loads(done.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return {"nodes": {}, "error": f"cluster_ops {action} exited {done.returncode}: "
+                    f"{done.stderr.strip()[-500:]}"}
+
+
+class _Progress:
+    """The attempt's last step and when it was first seen; the step times measured."""
+
+    def __init__(self, now: float):
+        self.since = now
+        self.step: int | None = None
+        self.durations: list[float] = []
+
+    def update(self, step: int | None, now: float) -> None:
+        if step is not None and step != self.step:
+            if self.step is not None and step > self.step:
+                self.durations.append((now - self.since) / (step - self.step))
+            self.step, self.since = step, now
+
+    def bound(self, cfg: Mapping[str, Any]) -> float:
+        if self.step is None or not self.durations:
+            return float(cfg["hang_first_step_s"])
+        return max(float(cfg["hang_floor_s"]),
+                   float(cfg["hang_factor"]) * statistics.median(self.durations))
+
+    def bound_reason(self, cfg: Mapping[str, Any]) -> str:
+        if self.step is None or not self.durations:
+            return "before the attempt's second step: hang_first_step_s"
+        median = statistics.median(self.durations)
+        return (f"{cfg['hang_factor']} x the median step of {median:.0f} s, at least "
+                f"hang_floor_s {cfg['hang_floor_s']}")
+
+
+class RayApi:
+    """Ray's job and state API on the head (``rayjobs``)."""
+
+    def __init__(self, url: str, token_env_file: str | None):
+        self.url = url
+        self.headers = rayjobs.auth_headers(token_env_file)
+
+    def job(self, sid: str) -> dict | None:
+        return rayjobs.job(self.url, self.headers, sid)
+
+    def logs(self, sid: str) -> str:
+        return rayjobs.logs(self.url, self.headers, sid)
+
+    def stop(self, sid: str) -> bool:
+        return rayjobs.stop(self.url, self.headers, sid)
+
+    def submit(self, sid: str, entrypoint: str, runtime_env: dict, metadata: dict) -> dict:
+        return rayjobs.submit(self.url, self.headers, sid, entrypoint, runtime_env, metadata)
+
+    def nodes(self) -> list[dict]:
+        body = rayjobs.request(self.url.rstrip("/") + "/api/v0/nodes?detail=true&limit=10000",
+                               headers=self.headers)
+        return ((body or {}).get("data") or {}).get("result", {}).get("result", [])
+
+
+def _write_json(path: str, data: Any) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: supervisor.py <state dir>/config.json", file=sys.stderr)
+        return 2
+    with open(argv[1], encoding="utf-8") as f:
+        config = json.load(f)
+    config.setdefault("state_dir", os.path.dirname(os.path.abspath(argv[1])))
+    # A failing API call is retried by the next poll; systemd restarts the unit when the
+    # process itself dies (Restart=on-failure), and state.json carries it on.
+    while True:
+        try:
+            return Supervisor(config).run()
+        except rayjobs.RayApiError as e:
+            print(f"Ray's API did not answer ({e}); trying again in 10 s", flush=True)
+            time.sleep(10)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
