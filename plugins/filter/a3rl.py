@@ -107,6 +107,7 @@ class FilterModule:
             "a3rl_bytes": files.human_bytes,
             "a3rl_plan_job": plan_job,
             "a3rl_checkpoint_space_problems": checkpointing.space_problems,
+            "a3rl_hang_first_step": checkpointing.hang_first_step_seconds,
             "a3rl_resume_job": _clear_errors(checkpointing.resume_job),
             "a3rl_next_attempt": checkpointing.next_attempt,
             "a3rl_run_attempts": checkpointing.attempts,

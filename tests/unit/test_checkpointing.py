@@ -230,3 +230,10 @@ def test_the_runs_table_shows_a_resumed_attempts_restarts_and_finds_its_report(t
     (tmp_path / "run" / "report.md").write_text("x")
     assert runs.training_report(record, {"submission_id": "run-r2"}) == \
         tmp_path / "run" / "report.md"
+
+
+def test_the_first_step_bound_is_the_override_or_three_steps_and_the_load():
+    assert checkpointing.hang_first_step_seconds(600, 7780) == 600.0
+    assert checkpointing.hang_first_step_seconds(0, 7780) == 3 * 7780 + 1800
+    assert checkpointing.hang_first_step_seconds("0", None) == 1800 + 1800
+    assert checkpointing.hang_first_step_seconds(0, 100) == 1800 + 1800

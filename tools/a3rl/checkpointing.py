@@ -200,6 +200,15 @@ def space_problems(pol: Mapping[str, Any], free_bytes: Any, where: str) -> list[
             f"Nothing was submitted."]
 
 
+def hang_first_step_seconds(override: Any, step_seconds: Any) -> float:
+    """The supervisor's bound before an attempt's second step: ``override`` when above 0
+    (train_job_supervisor_hang_first_step), else three expected steps (at least 1,800 s)
+    plus 1,800 s for loading the model. A judgement, not a measurement on A3."""
+    if float(override or 0) > 0:
+        return float(override)
+    return max(1800.0, 3 * float(step_seconds or 0)) + 1800.0
+
+
 def measured_step_seconds(steps: Iterable[Mapping[str, Any]]) -> float | None:
     """The median ``timing_s/step`` of a run's steps so far, or None without any."""
     times = sorted(float(s["timing_s/step"]) for s in steps
