@@ -222,7 +222,10 @@ def main():
                     result["tail"] = text.splitlines()[-TAIL_LINES:]
             elif keeps_tail:
                 result["tail"], result["progress"] = kept_tail(p["tail_file"])
-            module.exit_json(changed=False, job=record, **result)
+            # (the follow's failed_when may fail a result that the module returned: its
+            # message then says what was seen, not Ansible's "Unknown error")
+            module.exit_json(changed=False, job=record, msg=f"job {one}: " + (
+                record.get("status") or "?" if record else "not known to Ray"), **result)
         if p["action"] == "logs":
             text = logs(p["url"], headers, one)
             tail = text.splitlines()[-30:]

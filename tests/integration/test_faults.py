@@ -208,16 +208,18 @@ def test_ray_head_killed_during_a_job(provisioned, intact, record_property):
                 "whole again; nothing lost")
     row(record_property, "fault", "the Ray head killed during a training job", expected)
     sim = provisioned
-    # A plan of its own (20 steps of 2 s), so no earlier job has its submission id. The
+    # A plan of its own (30 steps of 2 s), so no earlier job has its submission id. The
     # follow gives up after 45 s, which the job would outlast.
     # The STAND-IN trainer (not real verl on CPU): its steps come within seconds.
     run = Background(TRAIN, sim.inventory_dir, {
-        "algo": "grpo", "overrides": ["trainer.total_training_steps=20"],
+        "algo": "grpo", "overrides": ["trainer.total_training_steps=30"],
         "train_job_poll": 2, "train_job_timeout": 45, "train_job_sim_cpu_profile": False})
     job = wait_for("the job running", lambda: next(
         (j for j in jobs(sim) if j.get("status") == "RUNNING"
-         and "trainer.total_training_steps=20" in j.get("entrypoint", "")), None), 180)
-    # A step logged, and a poll of the follow (every 2 s) after it, so its kept tail has it.
+         and "trainer.total_training_steps=30" in j.get("entrypoint", "")), None), 180)
+    # The play following the job (after it started the run's supervisor), a step logged,
+    # and a poll of the follow (every 2 s) after it, so that its kept tail has the step.
+    run.wait_for_task("Train | Follow the job until it ends", 180)
     wait_for("a step in the job's log", lambda: "step:" in job_log(sim, job["submission_id"]),
              180)
     time.sleep(6)
@@ -235,6 +237,13 @@ def test_ray_head_killed_during_a_job(provisioned, intact, record_property):
     assert restored.ok, failure_text(restored)
     wait_for("the cluster whole again", lambda: whole(sim), 120)
     assert assets(sim) == intact
+    # The run's supervisor would resume it now that Ray is back: its user stops it (the
+    # stop action stops the supervisor first), and no job of it runs into the next test.
+    stopped = play(TRAIN, sim.inventory_dir, extravars={
+        "algo": "grpo", "overrides": ["trainer.total_training_steps=30"],
+        "train_job_sim_cpu_profile": False, "train_job_action": "stop"})
+    assert stopped.ok, failure_text(stopped)
+    assert not [j for j in jobs(sim) if j.get("status") in ("PENDING", "RUNNING")], jobs(sim)
 
 
 def test_ray_head_killed_the_play_names_the_job_and_its_last_lines(record_property):

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from a3rl.node import metrics
 from a3rl.paths import project_root
@@ -29,6 +30,9 @@ from .conftest import ansible_warnings, failure_text, play, provision
 # checks that such a run prints no Ansible warning (Mitogen's opt-in prints two).
 
 TRAIN = "playbooks/train.yml"
+# Where the run supervisor keeps its state on the head.
+SUPERVISE_DIR = yaml.safe_load((project_root() / "group_vars/all/cluster.yml").read_text())[
+    "a3rl_supervise_dir"]
 SHORT = ["trainer.total_training_steps=2"]
 
 
@@ -175,7 +179,8 @@ def test_a_failing_job_fails_the_play_with_its_id_and_last_lines(up):
     try:
         result = play(TRAIN, up.inventory_dir, extravars={
             "algo": "grpo", "overrides": ["trainer.total_training_steps=3"],
-            "run_supervisor_max_tries": 1, "run_supervisor_backoff": 1})
+            "run_supervisor_max_tries": 1, "run_supervisor_backoff": 1,
+            "run_supervisor_poll": 3})
     finally:
         for node in up.members():
             podman.exec_(node.container, "mv", data + ".aside", data)
@@ -275,60 +280,9 @@ def _stop_now(sim, ident: str) -> None:
                  f"'http://127.0.0.1:8260/api/jobs/{ident}/stop', method='POST')).read()")
 
 
-def test_a_run_stopped_after_a_checkpoint_resumes_from_it_to_the_end(up):
-    # Real verl on CPU, a checkpoint every step (the policy's default for real weights:
-    # the recipe's step takes longer than the 60-minute bound), on the nodes' shared folder.
-    steps = 6
-    args = {"algo": "grpo", "train_job_poll": 1,
-            "overrides": [f"trainer.total_training_steps={steps}", f"trainer.total_epochs={steps}"]}
-    first = play(TRAIN, up.inventory_dir, extravars={**args, "train_job_follow": False})
-    assert first.ok, failure_text(first)
-    ident = _submission_id(first)
-    plan = [facts["train_job_plan"] for e in _events(first)
-            if "train_job_plan" in (facts := e.get("event_data", {}).get("res", {})
-                                    .get("ansible_facts", {}))][-1]
-    folder = plan["checkpoint"]["dir"]
-    assert folder == f"/shared/checkpoints/{ident}" and plan["checkpoint"]["save_freq"] == 1
-    assert _wait(lambda: _marker(up, folder) >= 2, 600), _jobs(up)
-    _stop_now(up, ident)
-    assert _wait(lambda: {j["submission_id"]: j["status"] for j in _jobs(up)}[ident]
-                 == "STOPPED", 120)
-    done = _marker(up, folder)
-    assert 2 <= done < steps, f"the job ended before it was stopped (marker {done})"
-    # A save cut short: a newer folder the marker does not cover is skipped, and said.
-    cut = up.state / "shared" / "checkpoints" / ident / f"global_step_{steps + 1}" / "actor"
-    cut.mkdir(parents=True)
-    (cut / "model_world_size_2_rank_0.pt").write_bytes(b"cut short")
-    resumed = play(TRAIN, up.inventory_dir, extravars={**args, "train_job_resume": True})
-    assert resumed.ok, failure_text(resumed)
-    # (the YAML callback folds a long message over lines: compared with single spaces)
-    stdout = " ".join("".join(p.read_text() for p in resumed.record.glob(
-        "artifacts/*/stdout")).split())
-    assert f"{ident} resumes from {folder}/global_step_{done}" in stdout, stdout[-3000:]
-    assert (f"global_step_{steps + 1} has no completion marker: "
-            f"latest_checkpointed_iteration.txt names step") in stdout
-    assert f"{ident}-r2 SUCCEEDED, step {steps}/{steps}" in stdout, stdout[-3000:]
-    run = project_root() / "runs" / ident
-    log = (run / "job.log").read_text()
-    # verl's own words: it loaded the checkpoint and went on from its step, not step 0.
-    assert f"Resuming from {folder}/global_step_{done}" in log
-    assert [s["step"] for s in metrics.read_jsonl(run / "metrics.jsonl")] == \
-        list(range(1, steps + 1))
-    assert {p.name for p in (run / "attempts").iterdir()} >= {
-        f"{ident}.log", f"{ident}.json", f"{ident}-r2.log", f"{ident}-r2.json"}
-    report = (run / "report.md").read_text()
-    assert "| restarts | 1 |" in report and "## Goodput" in report
-    # A plain re-run follows the newest attempt and submits nothing; a job the user
-    # stopped stays stopped (nothing resumes it).
-    again = play(TRAIN, up.inventory_dir, extravars=args)
-    assert again.ok and again.changed == 0, failure_text(again)
-    # (Ray lists the supervisor's own drivers too, without a submission id)
-    state = {j["submission_id"]: j["status"] for j in _jobs(up) if j.get("submission_id")}
-    assert state[ident] == "STOPPED" and state[f"{ident}-r2"] == "SUCCEEDED"
-    assert not any(s.startswith(f"{ident}-r3") for s in state)
-
-
-FAST = {"run_supervisor_backoff": 2, "run_supervisor_hang_floor": 45,
+# The supervisor's seconds scaled to the tiny model's steps of a few seconds (its
+# defaults are for the recipe's steps of hours).
+FAST = {"run_supervisor_poll": 3, "run_supervisor_backoff": 2, "run_supervisor_hang_floor": 45,
         "run_supervisor_whole_timeout": 600, "train_job_supervisor_hang_first_step": 600}
 
 
@@ -376,7 +330,7 @@ def test_a_killed_worker_is_found_first_and_the_run_resumed_by_the_supervisor(up
     # follows, and the same command later only reads what happened.
     from a3rl.sim import podman
 
-    steps = 6
+    steps = 5
     args = {"algo": "grpo", "train_job_poll": 2, **FAST,
             "overrides": [f"trainer.total_training_steps={steps}", f"trainer.total_epochs={steps}"]}
     before = {j["submission_id"] for j in _jobs(up)}
@@ -386,24 +340,23 @@ def test_a_killed_worker_is_found_first_and_the_run_resumed_by_the_supervisor(up
     follow = subprocess.Popen(command, cwd=project_root(), start_new_session=True,
                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
+    worker = up.members()[1]
     try:
         assert _wait(lambda: {j["submission_id"] for j in _jobs(up)} - before, 300), _jobs(up)
         (ident,) = {j["submission_id"] for j in _jobs(up)} - before
         folder = f"/shared/checkpoints/{ident}"
         assert _wait(lambda: _marker(up, folder) >= 2, 600), _jobs(up)
+        # The worker node's training container dies (its Ray with it: the job fails), then
+        # is started again (Docker does not restart a killed container) and the node's Ray
+        # unit rejoins the cluster: the supervisor waits for that before it resumes.
+        podman.exec_(worker.container, "docker", "kill", "a3rl-train")
         assert follow.poll() is None, "the follow ended before it was interrupted"
         os.killpg(follow.pid, signal.SIGINT)
         assert follow.wait(120) != 0
     finally:
         if follow.poll() is None:
             os.killpg(follow.pid, signal.SIGKILL)
-    worker = up.members()[1]
-    # The worker node's training container dies (its Ray with it: the job fails), then
-    # is started again (Docker does not restart a killed container) and the node's Ray
-    # unit rejoins the cluster: the supervisor waits for that before it resumes.
-    podman.exec_(worker.container, "docker", "kill", "a3rl-train")
-    assert _wait(lambda: {j["submission_id"]: j["status"] for j in _jobs(up)}[ident]
-                 == "FAILED", 300), _jobs(up)
+    assert _wait(lambda: _status(up, ident) == "FAILED", 300), _jobs(up)
     podman.exec_(worker.container, "docker", "start", "a3rl-train")
     followed = play(TRAIN, up.inventory_dir, extravars=args)
     assert followed.ok, failure_text(followed)
@@ -422,33 +375,92 @@ def test_a_killed_worker_is_found_first_and_the_run_resumed_by_the_supervisor(up
     assert {p.name for p in bundle.glob("*.json")} >= {"summary.json", "node1.json"}
 
 
-def test_a_stopped_trainer_is_found_by_the_hang_bound_with_its_stacks(up):
+def test_a_hang_is_resumed_a_user_stop_is_not_and_resume_skips_a_cut_checkpoint(up):
+    # Real verl on CPU, a checkpoint every step (the policy's default for real weights:
+    # the recipe's step takes longer than the 60-minute bound), on the nodes' shared folder.
+    # Each test here has a plan of its own (its number of steps), so its own submission id.
     from a3rl.sim import podman
 
-    steps = 5
+    steps = 6
     args = {"algo": "grpo", "train_job_poll": 2, **FAST,
             "overrides": [f"trainer.total_training_steps={steps}", f"trainer.total_epochs={steps}"]}
     first = play(TRAIN, up.inventory_dir, extravars={**args, "train_job_follow": False})
     assert first.ok, failure_text(first)
     ident = _submission_id(first)
-    folder = f"/shared/checkpoints/{ident}"
+    plan = [facts["train_job_plan"] for e in _events(first)
+            if "train_job_plan" in (facts := e.get("event_data", {}).get("res", {})
+                                    .get("ansible_facts", {}))][-1]
+    folder = plan["checkpoint"]["dir"]
+    assert folder == f"/shared/checkpoints/{ident}" and plan["checkpoint"]["save_freq"] == 1
     assert _wait(lambda: _marker(up, folder) >= 2, 600), _jobs(up)
+    # A hang: the worker node's trainer stopped (SIGSTOP). The supervisor finds no new
+    # step within its bound, bundles the stacks, stops the attempt and resumes the run.
     worker = up.members()[1]
     pids = _pids(up, worker, "ray::WorkerDict")
     assert len(pids) == 1, pids
     podman.exec_(worker.container, "docker", "exec", "a3rl-train", "kill", "-STOP",
                  str(pids[0][0]))
     stopped_at = time.time()
-    followed = play(TRAIN, up.inventory_dir, extravars=args)
-    assert followed.ok, failure_text(followed)
-    events = _resumed_to_the_end(up, ident, folder, steps)
-    hang = next(e for e in events if e["event"] == "hang")
+    assert _wait(lambda: _status(up, f"{ident}-r2") in ("PENDING", "RUNNING"), 400), _jobs(up)
+    run = project_root() / "runs" / ident
+    hang = next(e for e in _supervisor_events_on_head(up, ident) if e["event"] == "hang")
     bound = float(hang["why"].split("bound of ", 1)[1].split(" s", 1)[0])
-    # Fired within its bound, measured from the stop (plus a poll and the log's lag).
-    assert hang["time"] - stopped_at <= bound + 3 * 3 + 10, (hang, stopped_at)
-    node = json.loads((project_root() / "runs" / ident / "supervisor" / "bundles" / ident
-                       / f"{worker.hostname}.json").read_text())
+    # Fired within its bound, measured from the stop (plus two polls and the log's lag).
+    assert hang["time"] - stopped_at <= bound + 2 * 3 + 10, (hang, stopped_at)
+    # The resumed attempt stopped by its user: the supervisor does not resume it.
+    _stop_now(up, f"{ident}-r2")
+    assert _wait(lambda: _status(up, f"{ident}-r2") == "STOPPED", 120), _jobs(up)
+    # (until its supervisor has seen that and ended, a resume is refused: it would resume)
+    assert _wait(lambda: _supervisor_events_on_head(up, ident)[-1]["event"]
+                 == "stopped-by-user", 60), _supervisor_events_on_head(up, ident)
+    done = _marker(up, folder)
+    assert 2 <= done < steps, f"the run ended before it was stopped (marker {done})"
+    # A save cut short: a newer folder the marker does not cover is skipped, and said.
+    cut = up.state / "shared" / "checkpoints" / ident / f"global_step_{steps + 1}" / "actor"
+    cut.mkdir(parents=True)
+    (cut / "model_world_size_2_rank_0.pt").write_bytes(b"cut short")
+    resumed = play(TRAIN, up.inventory_dir, extravars={**args, "train_job_resume": True})
+    assert resumed.ok, failure_text(resumed)
+    # (the YAML callback folds a long message over lines: compared with single spaces)
+    stdout = " ".join("".join(p.read_text() for p in resumed.record.glob(
+        "artifacts/*/stdout")).split())
+    assert f"{ident} resumes from {folder}/global_step_{done}" in stdout, stdout[-3000:]
+    assert (f"global_step_{steps + 1} has no completion marker: "
+            f"latest_checkpointed_iteration.txt names step") in stdout
+    assert f"{ident}-r3 SUCCEEDED, step {steps}/{steps}" in stdout, stdout[-3000:]
+    # verl's own words: it loaded the checkpoint and went on from its step, not step 0.
+    assert f"Resuming from {folder}/global_step_{done}" in (run / "job.log").read_text()
+    assert [s["step"] for s in metrics.read_jsonl(run / "metrics.jsonl")] == \
+        list(range(1, steps + 1))
+    assert {p.name for p in (run / "attempts").iterdir()} >= {
+        f"{i}.{x}" for i in (ident, f"{ident}-r2", f"{ident}-r3") for x in ("log", "json")}
+    assert "| restarts | 2 |" in (run / "report.md").read_text()
+    # The hang's bundle holds the stopped process's stacks (py-spy works on the simulator).
+    node = json.loads((run / "supervisor" / "bundles" / ident / f"{worker.hostname}.json")
+                      .read_text())
     stuck = [t for t in node["trainers"] if t["pid"] == pids[0][0]]
     assert stuck and stuck[0]["state"] == "T", node["trainers"]
     assert stuck[0]["stack"]["tool"] == "py-spy", stuck[0]["stack"]
     assert "Thread" in stuck[0]["stack"]["text"], stuck[0]["stack"]["text"][:2000]
+    # A plain re-run follows the newest attempt and submits nothing; the attempt the user
+    # stopped stays stopped (nothing resumed it).
+    again = play(TRAIN, up.inventory_dir, extravars=args)
+    assert again.ok and again.changed == 0, failure_text(again)
+    # (Ray lists the supervisor's own drivers too, without a submission id)
+    state = {j["submission_id"]: j["status"] for j in _jobs(up) if j.get("submission_id")}
+    assert state[f"{ident}-r2"] == "STOPPED" and state[f"{ident}-r3"] == "SUCCEEDED"
+    assert not any(s.startswith(f"{ident}-r4") for s in state)
+
+
+def _status(sim, sid: str) -> str | None:
+    return next((j["status"] for j in _jobs(sim) if j.get("submission_id") == sid), None)
+
+
+def _supervisor_events_on_head(sim, run_id: str) -> list[dict]:
+    """The supervisor's events as it writes them on the head (the run record has them
+    once a play has followed the run)."""
+    from a3rl.sim import podman
+
+    out = podman.exec_(sim.members()[0].container, "cat",
+                       f"{SUPERVISE_DIR}/{run_id}/events.jsonl").stdout
+    return [json.loads(line) for line in out.splitlines() if line.strip()]

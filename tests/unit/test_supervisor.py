@@ -141,6 +141,21 @@ def test_a_job_the_user_stopped_is_never_resumed(tmp_path):
     assert _events(tmp_path)[-1]["event"] == "stopped-by-user"
 
 
+def test_the_stop_action_marks_a_run_its_supervisor_was_resuming(tmp_path):
+    # Between a failure and the resubmission the job is FAILED, not STOPPED: the play's
+    # stop action (its unit stopped first) says so in the state, once.
+    config = {"run_id": "run", "submission_id": "run", "url": "http://x",
+              "state_dir": str(tmp_path)}
+    (tmp_path / "state.json").write_text(json.dumps(
+        {"run_id": "run", "submission_id": "run-r2", "tries": 1, "result": None}))
+    assert supervisor.mark_stopped(config) is True
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert state["result"] == "stopped-by-user" and state["submission_id"] == "run-r2"
+    assert _events(tmp_path)[-1]["event"] == "stopped-by-user"
+    assert supervisor.mark_stopped(config) is False
+    assert len(_events(tmp_path)) == 1
+
+
 def test_a_failed_job_is_bundled_cleaned_and_resumed_from_the_newest_complete(tmp_path):
     ckpt = tmp_path / "ckpt"
     _checkpoint(ckpt, 1)

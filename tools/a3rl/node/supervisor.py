@@ -373,13 +373,29 @@ def _write_json(path: str, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def mark_stopped(config: Mapping[str, Any]) -> bool:
+    """The run stopped by its user (the play's stop action, its unit stopped first): the
+    state says so, so that a follow does not wait for a supervisor that is gone. False
+    when the state already had a result."""
+    sup = Supervisor(config, api=object())
+    if sup.state.get("result"):
+        return False
+    sup._finish(USER_STOPPED, "the run was stopped with the play's stop action "
+                "(train_job_action=stop): not resumed")
+    return True
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: supervisor.py <state dir>/config.json", file=sys.stderr)
+    stopped = argv[1:2] == ["--stopped"]
+    if len(argv) != 2 + stopped:
+        print("usage: supervisor.py [--stopped] <state dir>/config.json", file=sys.stderr)
         return 2
-    with open(argv[1], encoding="utf-8") as f:
+    with open(argv[-1], encoding="utf-8") as f:
         config = json.load(f)
-    config.setdefault("state_dir", os.path.dirname(os.path.abspath(argv[1])))
+    config.setdefault("state_dir", os.path.dirname(os.path.abspath(argv[-1])))
+    if stopped:
+        print("marked stopped" if mark_stopped(config) else "already ended")
+        return 0
     # A failing API call is retried by the next poll; systemd restarts the unit when the
     # process itself dies (Restart=on-failure), and state.json carries it on.
     while True:
