@@ -213,7 +213,9 @@ def render(rows: list[dict[str, Any]], when: str, full: bool) -> str:
         "owner, size, mtime and ctime (and the small files under /etc the same sha256) as "
         "before the run, logs and Ansible's and Ray's own temporary folders aside; the same "
         "device nodes; the same container start times (tests/integration/conftest.py, "
-        "snapshot()).",
+        "snapshot(); the bad-input cases read only what changed since one mark, changes(): "
+        "every entry whose mtime or ctime is newer than the mark, which a write, a chmod, "
+        "a chown, a rename or a removal in its folder sets and no program sets back).",
         "",
         "Rows whose test is in another module point at it; that test proves the row and is "
         "not repeated. A **known defect** is a row whose test is marked as an expected "

@@ -7,9 +7,11 @@ an unknown host key, hostile cache paths, ...) are rows of docs/reliability.md p
 their tests (``reliability_plugin.POINTERS``), not repeated here.
 
 The nodes need not be provisioned: every case is refused before a stage would change
-them. One change marker is set for the module; each case then only takes the "after"
-snapshot, which must equal the first one (a file changed by any case would be newer than
-the marker in every later snapshot too, so a failing case re-marks for the next one).
+them. One change marker is set for the module; each case then reads what changed since
+it (``conftest.changes``: entries newer than the marker, the busy folders' names, the
+devices, the start times), which must equal what it read right after the mark (a file
+changed by any case would be newer than the marker in every later read too, so a failing
+case re-marks for the next one).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import yaml
 
 from a3rl.sim import podman
 
-from .conftest import failure_text, mark, play, snapshot
+from .conftest import changes, failure_text, mark, play
 from .reliability_plugin import row
 
 SITE = "site.yml"
@@ -399,8 +401,14 @@ CASES: dict[str, Case] = {
 
 @pytest.fixture(scope="module")
 def unchanged(sim):
-    """The module's "before" state, taken once after the change marker is set."""
-    return {"state": mark(sim)}
+    """The module's "before" state, taken once after the change marker is set: the changes
+    since the mark (none, or what was already settling then), which each case compares."""
+    return {"state": _mark(sim)}
+
+
+def _mark(sim) -> dict:
+    mark(sim)
+    return changes(sim)
 
 
 def _diff(before: dict, after: dict) -> str:
@@ -408,8 +416,9 @@ def _diff(before: dict, after: dict) -> str:
     for host in sorted(set(before) | set(after)):
         b, a = before.get(host), after.get(host)
         if b != a:
-            lines.append(f"{host}: files {sorted(set(a[0]) - set(b[0]))[:20]}, devices "
-                         f"{sorted(set(a[1]) ^ set(b[1]))}, started {b[2]} -> {a[2]}")
+            lines.append(f"{host}: changed {sorted(set(a[0]) - set(b[0]))[:20]}, in busy "
+                         f"folders {sorted(set(a[1]) ^ set(b[1]))[:20]}, devices "
+                         f"{sorted(set(a[2]) ^ set(b[2]))}, started {b[3]} -> {a[3]}")
     return "\n".join(lines)
 
 
@@ -433,7 +442,7 @@ def test_refused_before_any_node_changes(sim, unchanged, tmp_path, record_proper
                          check=False).returncode != 0 for n in sim.members()):
         driver = play("playbooks/npu_driver.yml", sim.inventory_dir)
         assert driver.ok, failure_text(driver)
-        unchanged["state"] = mark(sim)
+        unchanged["state"] = _mark(sim)
     if case.edit:
         inventory = tmp_path / "inventory"
         shutil.copytree(sim.inventory_dir, inventory)
@@ -442,10 +451,10 @@ def test_refused_before_any_node_changes(sim, unchanged, tmp_path, record_proper
     text = failure_text(result)
     row(record_property, "bad_input", name, "refused, nodes unchanged",
         observed=_excerpt(text, case.expect[0]), refused_by=case.refused_by)
-    after = snapshot(sim)
+    after = changes(sim)
     before = unchanged["state"]
     if after != before:
-        unchanged["state"] = mark(sim)  # the next case starts clean
+        unchanged["state"] = _mark(sim)  # the next case starts clean
     assert not result.ok, f"{name}: accepted (rc 0)"
     for needle in case.expect:
         assert needle in text, f"{needle!r} not in:\n{text}"
