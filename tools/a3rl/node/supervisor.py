@@ -210,7 +210,7 @@ class Supervisor:
             if self.clock() >= deadline:
                 return problems
             self.event("waiting", problems=problems)
-            self.sleep(10)
+            self.sleep(min(10.0, float(self.cfg["poll_s"])))
 
     def whole_problems(self) -> list[str]:
         """Why the cluster is not whole yet: an expected node's raylet missing or listed
