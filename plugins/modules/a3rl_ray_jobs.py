@@ -73,6 +73,14 @@ options:
         C(submission_id)), and C(supervisor) returns the state (C(result) once the run is
         done, stopped by its user, or given up).
     type: path
+  mask:
+    description:
+      - Values (a run's secrets) replaced by C(********) in every log text the module
+        returns, keeps or writes (C(logs), the tail and progress of C(status)), because
+        verl prints its resolved config, secrets included, to the job's log.
+    type: list
+    elements: str
+    default: []
   tail_file:
     description:
       - With C(status) and I(progress), keep the log's last lines in this file on the head
@@ -99,6 +107,20 @@ stopped:
   description: The jobs asked to stop.
   type: list
   returned: action=stop
+over:
+  description: >-
+    Whether a follow is done: the attempt succeeded or was stopped, or failed or is
+    unknown to Ray with no supervisor at work on it.
+  type: bool
+  returned: action=status
+lost:
+  description: Ray does not know the attempt (the head restarted, or it was deleted).
+  type: bool
+  returned: action=status
+resuming:
+  description: A run supervisor is at work on the run (its state has no result yet).
+  type: bool
+  returned: action=status
 supervisor:
   description: The run supervisor's state (C(submission_id), C(tries), C(result)), or empty.
   type: dict
@@ -125,9 +147,11 @@ from ansible.module_utils.a3rl_rayjobs import (
     auth_headers,
     delete,
     describe,
+    follow_state,
     job,
     list_jobs,
     logs,
+    masked_text,
     stop,
     submit,
 )
@@ -180,6 +204,7 @@ def main():
             "reachable_only": {"type": "bool", "default": False},
             "progress": {"type": "bool", "default": False},
             "tail_file": {"type": "path"},
+            "mask": {"type": "list", "elements": "str", "default": [], "no_log": True},
             "rerun": {"type": "bool", "default": False},
             "supervisor_state": {"type": "path"},
         },
@@ -215,7 +240,7 @@ def main():
         if p["action"] == "status":
             record = job(p["url"], headers, one) or {}
             if p["progress"] and record:
-                text = logs(p["url"], headers, one)
+                text = masked_text(logs(p["url"], headers, one), p["mask"])
                 result["progress"] = progress(text)
                 if keeps_tail:
                     keep_tail(p["tail_file"], text, result["progress"])
@@ -225,9 +250,10 @@ def main():
             # (the follow's failed_when may fail a result that the module returned: its
             # message then says what was seen, not Ansible's "Unknown error")
             module.exit_json(changed=False, job=record, msg=f"job {one}: " + (
-                record.get("status") or "?" if record else "not known to Ray"), **result)
+                record.get("status") or "?" if record else "not known to Ray"),
+                **follow_state(record, result.get("supervisor")), **result)
         if p["action"] == "logs":
-            text = logs(p["url"], headers, one)
+            text = masked_text(logs(p["url"], headers, one), p["mask"])
             tail = text.splitlines()[-30:]
             if p["dest"]:
                 with open(p["dest"], "w", encoding="utf-8") as f:

@@ -74,10 +74,16 @@ def _jobs(sim) -> list[dict]:
     return json.loads(out)
 
 
+# A secret-looking override (a3rl.masking): real verl resolves it from the job's env, and
+# no record a3rl writes holds its value.
+SECRET = "+trainer.a3rl_probe_token=pr0be-s3cr3t-v4lue"
+
+
 @pytest.mark.parametrize("algo", ["grpo", "dapo"])
 def test_a_run_end_to_end_to_its_report(up, algo):
+    overrides = SHORT + ([SECRET] if algo == "grpo" else [])
     result = play(TRAIN, up.inventory_dir,
-                  extravars={"algo": algo, "overrides": SHORT, "train_job_poll": 1})
+                  extravars={"algo": algo, "overrides": overrides, "train_job_poll": 1})
     assert result.ok, failure_text(result)
     # `a3rl demo`'s second play: no warning from Ansible (issue 23).
     assert ansible_warnings(result) == []
@@ -123,7 +129,19 @@ def test_a_run_end_to_end_to_its_report(up, algo):
         assert "(WorkerDict pid=" in log and f", ip={up.members()[1].ip})" in log
         assert "real verl on CPU, tiny model: not comparable with the recipe's figures" in report
         assert "trainer.device: npu -> cpu" in report
-    again = play(TRAIN, up.inventory_dir, extravars={"algo": algo, "overrides": SHORT})
+        # The secret: a reference on the job's command line, its value nowhere in the
+        # run's record (plan.json, status.json with the job's runtime_env, report.md, the
+        # log). (The play's own record is scrubbed by the runner whatever the role does.)
+        value = SECRET.split("=", 1)[1]
+        job = next(j for j in _jobs(up) if j.get("submission_id") == ident)
+        assert "${oc.env:A3RL_SECRET_TRAINER_A3RL_PROBE_TOKEN}" in job["entrypoint"]
+        assert value not in job["entrypoint"]
+        assert job["runtime_env"]["env_vars"]["A3RL_SECRET_TRAINER_A3RL_PROBE_TOKEN"] == value
+        leaked = [str(f) for f in run.rglob("*") if f.is_file()
+                  and value.encode() in f.read_bytes()]
+        assert not leaked, leaked
+        assert "A3RL_SECRET_TRAINER_A3RL_PROBE_TOKEN" in (run / "status.json").read_text()
+    again = play(TRAIN, up.inventory_dir, extravars={"algo": algo, "overrides": overrides})
     assert again.ok and again.changed == 0, again.stats.get("changed")
     assert sum(j.get("submission_id") == ident for j in _jobs(up)) == 1
 

@@ -724,3 +724,29 @@ def test_an_unreadable_checkpoint_record_is_refused():
     assert refused(record={}) == [
         "the dist-checkpoint's record does not say how it was converted "
         "(use_alltoall_overlap): convert it again (weights play)"]
+
+
+def test_a_secret_override_reaches_the_job_only_through_its_environment(monkeypatch):
+    from omegaconf import OmegaConf
+
+    from a3rl import masking
+
+    extra = ["+trainer.wandb_api_key=s3cr3t-w4ndb", "trainer.total_training_steps=3"]
+    p = plan("grpo-qwen3_32b-real", extra=extra)
+    job = p.job()
+    name = "A3RL_SECRET_TRAINER_WANDB_API_KEY"
+    # Not in the plan, its job, its command line or its id; the value is read at submission.
+    assert "s3cr3t" not in repr(job) and job["secret_env"] == [name]
+    assert masking.job_secrets(extra) == {name: "s3cr3t-w4ndb"}
+    assert plan("grpo-qwen3_32b-real", extra=["+trainer.wandb_api_key=other-v4lue",
+                                              extra[1]]).submission_id == p.submission_id
+    override = next(o for o in p.overrides if "wandb_api_key" in o)
+    assert override in shlex.split(job["entrypoint"])
+    # Hydra reads the reference as an interpolation, which OmegaConf resolves from the
+    # environment where the config is resolved (verl's TaskRunner, in the job's env).
+    value = hydra_parse([override])["trainer.wandb_api_key"]
+    cfg = OmegaConf.create({"trainer": {"wandb_api_key": value}})
+    monkeypatch.setenv(name, "s3cr3t-w4ndb")
+    assert cfg.trainer.wandb_api_key == "s3cr3t-w4ndb"
+    # A plain override is kept as it is.
+    assert "trainer.total_training_steps=3" in p.overrides

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from a3rl import runner
+from a3rl import masking, runner
 
 
 def test_secret_environment_is_masked_in_the_record(tmp_path):
@@ -54,7 +54,28 @@ def test_secrets_reach_ansible_only_through_the_environment():
     assert hidden["model"] == "qwen3_32b" and hidden["overrides"][1] == "a=1"
     assert sorted(env.values()) == ["s3cret-pw", "w4ndb-key"] == sorted(values)
     # the names look secret, so the record's copy of the environment masks them
-    assert all(runner._secret(name) for name in env)
+    assert all(masking.is_secret_name(name) for name in env)
     name = next(k for k, v in env.items() if v == "w4ndb-key")
     assert hidden["overrides"][0] == (
         "+trainer.wandb_api_key={{ lookup('ansible.builtin.env', '" + name + "') }}")
+
+
+def test_ray_job_records_are_read_with_their_secret_env_masked():
+    from a3rl.node import rayjobs
+
+    record = {"submission_id": "a", "entrypoint": "python3 -m x 'k=${oc.env:A3RL_SECRET_K}'",
+              "runtime_env": {"env_vars": {"A3RL_SECRET_K": "s3cr3t", "HCCL_X": "1"}}}
+    got = rayjobs.masked_job(record)
+    assert got["runtime_env"]["env_vars"] == {"A3RL_SECRET_K": masking.MASK, "HCCL_X": "1"}
+    assert record["runtime_env"]["env_vars"]["A3RL_SECRET_K"] == "s3cr3t"  # a copy
+    assert rayjobs.masked_job({"submission_id": "b"}) == {"submission_id": "b"}
+    assert masking.env_name("trainer.wandb_api_key").startswith(rayjobs.SECRET_ENV_PREFIX)
+
+
+def test_a_runs_secrets_are_masked_in_the_log_texts_a3rl_keeps():
+    from a3rl.node import rayjobs
+
+    text = "trainer: {a3rl_probe_token: s3cr3t-long, other: s3cr3t}\nstep:1"
+    assert rayjobs.masked_text(text, ["s3cr3t", "s3cr3t-long", ""]) == (
+        f"trainer: {{a3rl_probe_token: {masking.MASK}, other: {masking.MASK}}}\nstep:1")
+    assert rayjobs.masked_text(text, []) == text

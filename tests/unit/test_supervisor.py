@@ -182,6 +182,31 @@ def test_a_failed_job_is_bundled_cleaned_and_resumed_from_the_newest_complete(tm
     assert (bundle / "driver.log").exists()
 
 
+def test_the_bundle_holds_no_secret_of_the_run(tmp_path):
+    # verl prints its resolved config, secrets included, to the job's log and its workers'.
+    secret = 'w4ndb-"key'
+    sup, api, ops = _sup(tmp_path, {"run": [("RUNNING", f"api_key: {secret}\nstep:1"),
+                                            ("FAILED", f"api_key: {secret}")]},
+                         max_tries=0)
+    sup.cfg["job"]["env"] = {"A3RL_SECRET_TRAINER_WANDB_API_KEY": secret, "HCCL_X": "1"}
+    report = ops.__call__
+
+    def ops_with_logs(action, args):
+        got = report(action, args)
+        if action == "report":
+            for node in got["nodes"].values():
+                node["logs"] = {"worker.out": f"(TaskRunner) api_key: {secret}"}
+        return got
+    sup.ops = ops_with_logs
+    assert sup.run() == 0
+    bundle = tmp_path / "bundles" / "run"
+    texts = {p.name: p.read_text() for p in bundle.iterdir()}
+    assert "node1.json" in texts and "driver.log" in texts
+    assert not [n for n, t in texts.items() if "w4ndb" in t], texts
+    assert supervisor.rayjobs.MASK in texts["driver.log"]
+    assert supervisor.rayjobs.MASK in json.loads(texts["node1.json"])["logs"]["worker.out"]
+
+
 def test_a_hang_is_detected_within_its_bound_stopped_and_resumed(tmp_path):
     # Steps every 5 s (one per poll), then none: the bound is max(60, 3 x 5) = 60 s.
     script = [("RUNNING", "step:1 - a:1"), ("RUNNING", "step:2 - a:1"),
@@ -348,3 +373,22 @@ def test_cluster_ops_kills_a_process_that_holds_a_device_file(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+@pytest.mark.parametrize(("status", "supervisor", "over", "lost", "resuming"), [
+    ("RUNNING", {}, False, False, False),
+    ("SUCCEEDED", {"result": None}, True, False, True),  # done whatever the supervisor does
+    ("STOPPED", {"result": None}, True, False, True),  # the user's stop is never resumed
+    ("FAILED", {}, True, False, False),  # no supervisor: the failure ends the follow
+    ("FAILED", {"result": None}, False, False, True),  # the supervisor resumes it
+    ("FAILED", {"result": "gave-up"}, True, False, False),
+    (None, {"result": None}, False, True, True),  # Ray forgot it; the supervisor resumes
+    (None, {}, True, True, False),
+])
+def test_a_follow_ends_when_nothing_will_resume_the_run(status, supervisor, over, lost,
+                                                        resuming):
+    from a3rl.node import rayjobs
+
+    record = {"status": status} if status else {}
+    assert rayjobs.follow_state(record, supervisor) == {
+        "over": over, "lost": lost, "resuming": resuming}

@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from a3rl import checkpointing as ckpt
+from a3rl import masking
 from a3rl.recipe_env import RecipeEnvError, model_env
 
 # NPU devices of one Atlas A3 node: the unit of the models' min_nodes (recipe.md).
@@ -354,6 +355,9 @@ class Plan:
     patched_keys: tuple[str, ...] = field(default=())
     # The checkpoint policy (a3rl.ckpt.Policy.as_dict), when the plan has one.
     checkpoint_policy: Mapping[str, Any] | None = None
+    # The environment variables that carry the secret overrides' values (names only: the
+    # values never enter the plan; a3rl.masking.job_secrets reads them at submission).
+    secret_env: tuple[str, ...] = field(default=())
 
     @property
     def run_name(self) -> str:
@@ -417,6 +421,7 @@ class Plan:
             "working_dir": self.workdir,
             "overrides": list(self.overrides),
             "env": dict(self.env),
+            "secret_env": list(self.secret_env),
             "submission_id": self.submission_id,
             "run_name": self.run_name,
             "values": dict(self.values),
@@ -560,7 +565,13 @@ def make_plan(algo: str, model: str, weights: str, features: Iterable[str] | str
     if checkpoint == "mcore" and checkpoint_record is not None and env:
         _check_record(checkpoint_record, env, problems)
 
-    overrides = tuple(f"{prefix}{k}={render_value(v)}" for k, (prefix, v) in ov.items())
+    # A secret-looking user override (a3rl.masking) goes on the command line as a
+    # reference to an environment variable; its value reaches the job in that variable.
+    secret = {okey: masking.env_name(okey) for prefix, okey, _ in extras
+              if masking.secret_override(f"{okey}=")}
+    overrides = tuple(f"{prefix}{k}="
+                      + render_value(f"${{oc.env:{secret[k]}}}" if k in secret else v)
+                      for k, (prefix, v) in ov.items())
     problems += check_types(overrides)
     if problems:
         raise PlanError(problems)
@@ -571,7 +582,8 @@ def make_plan(algo: str, model: str, weights: str, features: Iterable[str] | str
                 config_name=str(aprof["config_name"]),
                 workdir=str(paths.get("workdir", "")).rstrip("/"),
                 patched_keys=tuple(profiles.get("a3rl_patched_keys") or ()),
-                checkpoint_policy=policy.as_dict() if policy else None)
+                checkpoint_policy=policy.as_dict() if policy else None,
+                secret_env=tuple(sorted(secret.values())))
     if policy is None or not policy.enabled:
         return made
     # The run's own folder, named by its id (which does not depend on the folder).

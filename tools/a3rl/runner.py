@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shlex
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from a3rl import strategy
+from a3rl.masking import MASK, is_secret_name, secret_override
 from a3rl.paths import project_root
 
 
@@ -46,27 +46,9 @@ class PlayResult:
         return self.rc == 0
 
 
-SECRET_WORDS = ("password", "passwd", "secret", "token", "key")
-MASK = "********"
-
-
-def _secret(name: str) -> bool:
-    return any(w in name.lower() for w in SECRET_WORDS)
-
-
-# A Hydra override whose key's last part ends so (``+trainer.wandb_api_key=...``) carries
-# a secret in its value. Stricter than SECRET_WORDS: a bare "token" or "key" inside a
-# key is common in the recipe's plain overrides (``ppo_max_token_len_per_gpu``).
-_SECRET_OVERRIDE = re.compile(
-    r"^[+~]*(?P<key>[\w.\-/]*?(password|passwd|secret|token|api_?key|access_?key|private_?key"
-    r"|credentials?))=(?P<value>.*)$", re.IGNORECASE | re.DOTALL)
 # Values shorter than this are not scrubbed from a record's files (too likely to be a
 # common word or number elsewhere in the log).
 _MIN_SCRUB = 6
-
-
-def _secret_override(item: Any) -> re.Match | None:
-    return _SECRET_OVERRIDE.match(item) if isinstance(item, str) else None
 
 
 def masked(extravars: Any) -> Any:
@@ -74,9 +56,9 @@ def masked(extravars: Any) -> Any:
     whose name looks secret, and the value of a secret-looking ``key=value`` override in
     any list (``overrides``), at any depth."""
     if isinstance(extravars, dict):
-        return {k: (MASK if _secret(str(k)) else masked(v)) for k, v in extravars.items()}
+        return {k: (MASK if is_secret_name(str(k)) else masked(v)) for k, v in extravars.items()}
     if isinstance(extravars, list):
-        return [f"{v[:m.start('value')]}{MASK}" if (m := _secret_override(v)) else masked(v)
+        return [f"{v[:m.start('value')]}{MASK}" if (m := secret_override(v)) else masked(v)
                 for v in extravars]
     return extravars
 
@@ -97,11 +79,11 @@ def hide_secrets(extravars: dict) -> tuple[dict, dict[str, str], list[str]]:
         if secret and isinstance(value, str):
             return ref(value)
         if isinstance(value, dict):
-            return {k: walk(v, secret or _secret(str(k))) for k, v in value.items()}
+            return {k: walk(v, secret or is_secret_name(str(k))) for k, v in value.items()}
         if isinstance(value, list):
             out = []
             for item in value:
-                m = _secret_override(item)
+                m = secret_override(item)
                 out.append(f"{item[:m.start('value')]}{ref(m.group('value'))}" if m
                            else walk(item, secret))
             return out
@@ -205,13 +187,13 @@ def run_play(
         env["ANSIBLE_CACHE_PLUGIN_CONNECTION"] = str(root / ".cache" / "facts" / inv_key)
     # Secret-looking variables reach ansible-playbook through this process's environment:
     # ansible-runner writes the ones it is handed into the record (env/envvars).
-    secret_env = {k: v for k, v in (extra_env or {}).items() if _secret(k)}
+    secret_env = {k: v for k, v in (extra_env or {}).items() if is_secret_name(k)}
     runner_vars, secret_vars_env, secret_values = hide_secrets(extravars)
     secret_env.update(secret_vars_env)
     # The opted-in strategy (A3RL_STRATEGY), unless the caller chose one itself.
     chosen = {} if "ANSIBLE_STRATEGY" in (extra_env or {}) else strategy.env()
     env.update(chosen)
-    env.update({k: v for k, v in (extra_env or {}).items() if not _secret(k)})
+    env.update({k: v for k, v in (extra_env or {}).items() if not is_secret_name(k)})
     # The log file is read, not watched, when a3rl draws the progress itself.
     if display is not None or not os.isatty(1):
         env["ANSIBLE_NOCOLOR"] = "1"
@@ -295,6 +277,6 @@ def _scrub_environment(record: Path) -> None:
         except (OSError, ValueError):
             continue
         env = data.get("env") if path.name == "command" else data
-        if isinstance(env, dict) and any(_secret(k) for k in env):
-            env.update(masked({k: v for k, v in env.items() if _secret(k)}))
+        if isinstance(env, dict) and any(is_secret_name(k) for k in env):
+            env.update(masked({k: v for k, v in env.items() if is_secret_name(k)}))
             path.write_text(json.dumps(data))

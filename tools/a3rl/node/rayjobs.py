@@ -16,6 +16,11 @@ from typing import Any
 
 ACTIVE = ("PENDING", "RUNNING")
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+# A training job's secret values (a secret-looking Hydra override, a3rl.masking) reach the
+# job as environment variables so named, never on its command line; Ray lists a job's
+# runtime_env, so every job record read here has their values masked.
+SECRET_ENV_PREFIX = "A3RL_SECRET_"
+MASK = "********"
 
 
 class RayApiError(Exception):
@@ -61,9 +66,38 @@ def request(url: str, method: str = "GET", body: Any = None, headers: dict | Non
         return text
 
 
+def masked_job(record: Any) -> Any:
+    """A job record with the values of its secret environment variables masked."""
+    env = ((record or {}).get("runtime_env") or {}).get("env_vars") \
+        if isinstance(record, dict) else None
+    if not isinstance(env, dict) or not any(str(k).startswith(SECRET_ENV_PREFIX) for k in env):
+        return record
+    env = {k: MASK if str(k).startswith(SECRET_ENV_PREFIX) else v for k, v in env.items()}
+    return {**record, "runtime_env": {**record["runtime_env"], "env_vars": env}}
+
+
+def masked_text(text: str, values: Any) -> str:
+    """``text`` with each of ``values`` (a run's secrets, the empty ones aside) masked."""
+    for value in sorted((str(v) for v in values or () if v), key=len, reverse=True):
+        text = text.replace(value, MASK)
+    return text
+
+
 def list_jobs(base: str, headers: dict) -> list[dict[str, Any]]:
     jobs = request(base.rstrip("/") + "/api/jobs/", headers=headers)
-    return jobs if isinstance(jobs, list) else []
+    return [masked_job(j) for j in jobs] if isinstance(jobs, list) else []
+
+
+def follow_state(record: dict[str, Any] | None, supervisor: dict[str, Any] | None) -> dict:
+    """Where a follow of a run stands: ``over`` once the attempt succeeded or was stopped by
+    its user (the supervisor resumes neither), or failed or is unknown to Ray with no
+    supervisor at work on it; ``lost`` when Ray does not know the attempt (the head
+    restarted); ``resuming`` while a supervisor is at work (its state has no result)."""
+    status = (record or {}).get("status")
+    resuming = bool(supervisor) and not (supervisor or {}).get("result")
+    over = status in ("SUCCEEDED", "STOPPED") or (
+        (status == "FAILED" or not record) and not resuming)
+    return {"over": over, "lost": not record, "resuming": resuming}
 
 
 def active(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -92,7 +126,7 @@ def job(base: str, headers: dict, submission_id: str) -> dict[str, Any] | None:
         if "HTTP 404" in str(e):
             return None
         raise
-    return got if isinstance(got, dict) else None
+    return masked_job(got) if isinstance(got, dict) else None
 
 
 def submit(base: str, headers: dict, submission_id: str, entrypoint: str,

@@ -263,8 +263,14 @@ class Supervisor:
             driver = self.api.logs(sid)
         except rayjobs.RayApiError as e:
             driver = f"(the job's driver log could not be read: {e})"
+        # The run's secrets (its job's A3RL_SECRET_* env) masked: verl prints its resolved
+        # config, secrets included, to the job's log and its workers' Ray logs.
+        secrets = [v for k, v in ((self.cfg.get("job") or {}).get("env") or {}).items()
+                   if str(k).startswith(rayjobs.SECRET_ENV_PREFIX)]
         with open(os.path.join(folder, "driver.log"), "w", encoding="utf-8") as f:
-            f.write(driver)
+            f.write(rayjobs.masked_text(driver, secrets))
+        got = json.loads(rayjobs.masked_text(json.dumps(got), [
+            json.dumps(v)[1:-1] for v in secrets]))
         names = {str(ip): host for host, ip in dict(self.cfg["nodes"]).items()}
         nodes = {names.get(str(ip), str(ip)): r for ip, r in got.get("nodes", {}).items()}
         for host, data in nodes.items():
