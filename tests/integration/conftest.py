@@ -45,15 +45,16 @@ PROVISION_STRATEGY = os.environ.get("A3RL_TEST_PROVISION_STRATEGY", strategy.MIT
 # pytest-xdist reorders --dist loadfile's modules by their number of tests). test_site
 # first, so that it finds its worker's cluster bare and needs no cluster of its own (and
 # the module after it on that worker starts from its converged nodes); then the longest
-# first, so that the short ones fill in around them at the end (single-worker times from
-# CI, 2026-12-02). The unit tests come right after test_site: on a fresh machine the
+# first, so that the short ones fill in around them at the end (single-worker times of a
+# run as CI makes it: test_train about 1,130 s, test_ray and test_faults about 820 s,
+# docs/testing.md). The unit tests come right after test_site: on a fresh machine the
 # other workers' first cluster waits for the node image and the CANN stand-in to be
 # built (network and disk, 2-3 min), and the unit tests use the CPU meanwhile.
-_ORDER = ("test_site", "test_ray", "test_faults", "test_frameworks", "test_day2",
-          "test_data_weights", "test_cann_image", "test_npu_driver", "test_train",
-          "test_bad_input", "test_npu_network", "test_check_mode", "test_sim_lifecycle",
-          "test_ray_host_mode", "test_container_engine", "test_fanout", "test_snapshot",
-          "test_cli")
+_ORDER = ("test_site", "test_train", "test_ray", "test_faults", "test_frameworks",
+          "test_cann_image", "test_data_weights", "test_day2", "test_npu_driver",
+          "test_check_mode", "test_npu_network", "test_bad_input", "test_container_engine",
+          "test_ray_host_mode", "test_sim_lifecycle", "test_snapshot", "test_recipe_env",
+          "test_fanout", "test_cli")
 
 
 def _rank(item) -> int:
