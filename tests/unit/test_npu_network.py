@@ -22,7 +22,7 @@ except ImportError:  # not installed into this interpreter: use the source tree
     from a3rl.sim import inventory
     from a3rl.sim.cluster import Node
 
-HCCN_TOOL = REPO / "tools/a3rl/sim/standins/hccn_tool"
+HCCN_TOOL = REPO / "tools/a3rl/sim/files/hdk-standin/hccn_tool"
 
 # Huawei's published sample of a cross-node device ping (MindSpeed-LLM / MindIE docs).
 PING_OK = """device 0 PING 10.10.100.10

@@ -114,6 +114,15 @@ def test_build_is_byte_identical_so_rebuilding_is_not_a_change(pkgs, tmp_path) -
     assert "STAND-IN" in "".join(again.read_text().splitlines(True)[:4])
 
 
+def test_the_header_template_is_filled_in(pkgs) -> None:
+    """files/hdk-standin/run-header.sh has @NAME@-style placeholders; none is left."""
+    text = pkgs["new"].read_text()
+    skip = int(re.search(r"^A3RL_SKIP=(\d+)$", text, re.M).group(1))
+    header = "".join(text.splitlines(True)[:skip - 1])
+    assert not re.findall(r"@[A-Z0-9]+@", header)
+    assert f"A3RL_VERSION='{NEW_DRIVER}'" in header and pkgs["new"].name in header
+
+
 def test_check_verifies_the_payload_checksum(pkgs, root, tmp_path) -> None:
     ok = run([pkgs["new"], "--check"], root)
     assert ok.returncode == 0

@@ -10,6 +10,7 @@ patch), and every build gives the same shas.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -58,6 +59,20 @@ def git(cwd: Path, *args: str, check: bool = True) -> str:
 @pytest.fixture(scope="module")
 def up() -> upstreams.Upstreams:
     return upstreams.build(log=lambda _msg: None)
+
+
+def test_the_build_digest_follows_the_stand_ins_files(tmp_path, monkeypatch) -> None:
+    """The stand-ins' files (files/upstream-standins) are part of the content address, so
+    an edited file rebuilds the repositories; dot files are not (a wheel leaves them out)."""
+    files = tmp_path / "files"
+    shutil.copytree(upstreams.FILES, files)
+    monkeypatch.setattr(upstreams, "FILES", files)
+    before = upstreams.digest()
+    (files / "megatron/.cache").write_text("not a payload\n")
+    assert upstreams.digest() == before
+    script = files / "recipe" / upstreams.RECIPE_SUBDIR / "build_project.sh"
+    script.write_text(script.read_text() + "# edited\n")
+    assert upstreams.digest() != before
 
 
 @pytest.fixture(scope="module")

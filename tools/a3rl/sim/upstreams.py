@@ -31,10 +31,15 @@ recipe's, their paths are relative to the top of the recipe repository
 repository they do not apply; run inside another repository's subfolder, ``git apply``
 skips them and still exits 0.
 
+The stand-ins' files are in ``files/upstream-standins/``, one folder per repository laid
+out as in it (``recipe/llm_rl/qwen3/build_project.sh``), with the stand-in source
+archive's files (``sdist/``) and what the recipe's resampler patch adds; this module
+commits them, makes the patches and tags.
+
 Every commit has fixed author, committer and dates, so the shas are the same on every
-machine and every build. Built once per content (this file + the sdist's sha256) under
-``.cache/sim-upstreams/<digest>``; ``serve()`` publishes the folder over git's "dumb"
-http protocol for tests that need a URL.
+machine and every build. Built once per content (this file, its files, the sdist's
+sha256) under ``.cache/sim-upstreams/<digest>``; ``serve()`` publishes the folder over
+git's "dumb" http protocol for tests that need a URL.
 """
 
 from __future__ import annotations
@@ -67,6 +72,9 @@ VERL_SDIST_SHA256 = "806ec5212f42c6a39143754ce86d2df28ab1373762d35846ca7b022bcb7
 RECIPE_SUBDIR = "llm_rl/qwen3"
 PICK_BRANCH = "pr-3427"
 NOTE = "stand-in made by a3rl's simulator"
+# The stand-ins' files, laid out as in their repositories: one folder per repository
+# (the bare repository's name), plus the templates the code below fills in.
+FILES = Path(__file__).resolve().parent / "files" / "upstream-standins"
 
 # Fixed identity and dates: the shas depend on nothing else but the content.
 _IDENT = {
@@ -171,6 +179,24 @@ def _header(upstream: str, what: str) -> str:
     return f"# STAND-IN made by a3rl's simulator for {upstream}: {what}\n"
 
 
+def _payload(rel: str) -> str:
+    """One file of ``FILES``, by its path there."""
+    return (FILES / rel).read_text(encoding="utf-8")
+
+
+def _files(root: Path) -> list[Path]:
+    """The files under ``root``, sorted; not dot files (package-data's globs leave them
+    out of a wheel) nor ``__pycache__``."""
+    return [p for p in sorted(root.rglob("*")) if p.is_file() and not any(
+        part.startswith(".") or part == "__pycache__" for part in p.relative_to(root).parts)]
+
+
+def _tree(folder: str) -> dict[str, str]:
+    """Every file under ``FILES/folder``, by its path relative to that folder."""
+    root = FILES / folder
+    return {p.relative_to(root).as_posix(): p.read_text(encoding="utf-8") for p in _files(root)}
+
+
 # --------------------------------------------------------------------------- verl
 
 
@@ -222,7 +248,10 @@ def _extract_sdist(sdist: Path, dest: Path) -> None:
             target.chmod(0o755 if member.mode & 0o100 else 0o644)
 
 
+# The files verl's sdist lacks (files/upstream-standins/verl). The YAML stays here: yamllint
+# lints every YAML file in the tree, and this one keeps the upstream file's style.
 _VERL_RECIPE_FILES = {
+    **_tree("verl"),
     "recipe/dapo/config/dapo_megatron_trainer.yaml": _d("""
         # STAND-IN made by a3rl's simulator for verl v0.6.0's
         # recipe/dapo/config/dapo_megatron_trainer.yaml (the PyPI sdist has no recipe/):
@@ -255,48 +284,6 @@ _VERL_RECIPE_FILES = {
 
         trainer:
           project_name: verl-dapo
-        """),
-    "recipe/dapo/main_dapo.py": _d('''
-        # STAND-IN made by a3rl's simulator for verl v0.6.0's recipe/dapo/main_dapo.py
-        # (the PyPI sdist has no recipe/). The recipe copies it to verl/trainer/.
-        """Entry point of the DAPO trainer (stand-in: composes the config, trains nothing)."""
-
-        import hydra
-
-
-        @hydra.main(config_path="config", config_name="dapo_megatron_trainer", version_base=None)
-        def main(config):
-            from verl.trainer.dapo_ray_trainer import RayDAPOTrainer
-
-            RayDAPOTrainer(config).fit()
-
-
-        if __name__ == "__main__":
-            main()
-        '''),
-    "recipe/dapo/dapo_ray_trainer.py": _d('''
-        # STAND-IN made by a3rl's simulator for verl v0.6.0's recipe/dapo/dapo_ray_trainer.py
-        # (the PyPI sdist has no recipe/). The recipe copies it to verl/trainer/.
-        """DAPO trainer (stand-in: the real one filters groups and regenerates batches)."""
-
-
-        class RayDAPOTrainer:
-            def __init__(self, config):
-                self.config = config
-
-            def fit(self):
-                raise NotImplementedError("stand-in: no training in the simulator's verl tree")
-        '''),
-    "recipe/r1_ascend/__init__.py": _d("""
-        # STAND-IN made by a3rl's simulator for verl v0.6.0's recipe/r1_ascend/__init__.py
-        # (the PyPI sdist has no recipe/).
-        """),
-    "recipe/r1_ascend/README.md": _d("""
-        # r1_ascend (stand-in)
-
-        Stand-in made by a3rl's simulator for verl v0.6.0's `recipe/r1_ascend` (DeepSeek-R1
-        on Ascend), which the PyPI source distribution does not carry. The Qwen3 recipe
-        copies this folder into its working directory.
         """),
 }
 
@@ -333,256 +320,19 @@ def _build_verl(work: Path, bare: Path, sdist: Path) -> tuple[str, str]:
 
 # --------------------------------------------------------------------- frameworks
 
-_MEGATRON_FILES = {
-    "README.md": _d(f"""
-        # Megatron-LM (stand-in)
+_MEGATRON_FILES = _tree("megatron")
+_MINDSPEED_FILES = _tree("mindspeed")
+_VLLM_FILES = _tree("vllm")
+_CATLASS_FILES = _tree("vllm_ascend_sub")
 
-        Stand-in made by a3rl's simulator for NVIDIA/Megatron-LM at tag `core_v0.12.1`:
-        the folders the Qwen3 recipe copies (`megatron/core`), a few lines per file. {NOTE}.
-        """),
-    "pyproject.toml": _d("""
-        # STAND-IN made by a3rl's simulator for Megatron-LM core_v0.12.1's pyproject.toml.
-        [project]
-        name = "megatron-core"
-        version = "0.12.1"
-        """),
-    "megatron/core/__init__.py": _header("Megatron-LM core_v0.12.1", "package root") + _d("""
-        from megatron.core.package_info import __version__  # noqa: F401
-        """),
-    "megatron/core/package_info.py": _header("Megatron-LM core_v0.12.1", "version") + _d("""
-        MAJOR = 0
-        MINOR = 12
-        PATCH = 1
-        __version__ = f"{MAJOR}.{MINOR}.{PATCH}"
-        """),
-    "megatron/core/parallel_state.py": _header("Megatron-LM core_v0.12.1",
-                                               "model and data parallel groups") + _d('''
-        """Model and data parallel groups."""
-
-        _TENSOR_MODEL_PARALLEL_WORLD_SIZE = None
-        _PIPELINE_MODEL_PARALLEL_WORLD_SIZE = None
-
-
-        def get_tensor_model_parallel_world_size():
-            """Return world size for the tensor-model-parallel group."""
-            return _TENSOR_MODEL_PARALLEL_WORLD_SIZE or 1
-
-
-        def get_pipeline_model_parallel_world_size():
-            """Return world size for the pipeline-model-parallel group."""
-            return _PIPELINE_MODEL_PARALLEL_WORLD_SIZE or 1
-        '''),
-    "megatron/core/dist_checkpointing/__init__.py":
-        _header("Megatron-LM core_v0.12.1", "dist_checkpointing package"),
-    "megatron/core/dist_checkpointing/strategies/__init__.py":
-        _header("Megatron-LM core_v0.12.1", "checkpoint strategies"),
-    "megatron/core/dist_checkpointing/strategies/torch.py":
-        _header("Megatron-LM core_v0.12.1", "torch.distributed.checkpoint strategy") + _d('''
-        """Strategies using PyTorch distributed.checkpoint as an underlying format."""
-
-
-        def _unwrap_pyt_sharded_tensor(sh_ten):
-            """Unwrap tensors from a PyT ShardedTensor instance."""
-            return [local_shard.tensor for local_shard in sh_ten.local_shards()]
-
-
-        def mcore_to_pyt_state_dict(state_dict, is_loading=False):
-            """Convert a state dict with ShardedTensors to a PyTorch-compatible one."""
-            for key, sh_ten in list(state_dict.items()):
-                state_dict[key] = _unwrap_pyt_sharded_tensor(sh_ten)
-            return state_dict
-        '''),
-    "megatron/training/__init__.py": _header("Megatron-LM core_v0.12.1",
-                                             "training package (not copied by the recipe)"),
-}
-
-_MINDSPEED_FILES = {
-    "README.md": _d(f"""
-        # MindSpeed (stand-in)
-
-        Stand-in made by a3rl's simulator for Ascend/MindSpeed, which the Qwen3 recipe pins
-        by commit sha (no tag): the `mindspeed` package the recipe copies, a few lines per
-        file. {NOTE}.
-        """),
-    "setup.py": _header("MindSpeed", "setup.py") + _d("""
-        from setuptools import find_packages, setup
-
-        setup(name="mindspeed", version="0.12.1", packages=find_packages())
-        """),
-    "mindspeed/__init__.py": _header("MindSpeed", "package root"),
-    "mindspeed/megatron_adaptor.py": _header("MindSpeed", "patches Megatron for NPUs") + _d('''
-        """Imported for its side effect: adapts Megatron-LM to Ascend NPUs."""
-        '''),
-    "mindspeed/op_builder/__init__.py": _header("MindSpeed", "op builders") + _d("""
-        from mindspeed.op_builder.builder import MindSpeedOpBuilder  # noqa: F401
-        """),
-    "mindspeed/op_builder/builder.py": _header("MindSpeed", "JIT op builder") + _d("""
-        from abc import ABC
-
-
-        class MindSpeedOpBuilder(ABC):
-            def __init__(self, name):
-                self.name = name
-
-            def sources(self):
-                return []
-
-            def cxx_args(self):
-                args = ['-fstack-protector-all', '-Wl,-z,relro,-z,now,-z,noexecstack', '-fPIC',
-                        '-pie', '-s', '-fvisibility=hidden', '-D_FORTIFY_SOURCE=2', '-O2']
-                return args
-
-            def extra_ldflags(self):
-                return []
-        """),
-}
-
-_VLLM_FILES = {
-    "README.md": _d(f"""
-        # vLLM (stand-in)
-
-        Stand-in made by a3rl's simulator for vllm-project/vllm at tag `v0.14.1`: the
-        files of the `vllm` package that the Qwen3 recipe patches or extends, a few lines
-        each. {NOTE}.
-        """),
-    "pyproject.toml": _d("""
-        # STAND-IN made by a3rl's simulator for vllm v0.14.1's pyproject.toml.
-        [project]
-        name = "vllm"
-        version = "0.14.1"
-        """),
-    "vllm/__init__.py": _header("vllm v0.14.1", "package root") + _d("""
-        __version__ = "0.14.1"
-        """),
-    "vllm/entrypoints/__init__.py": _header("vllm v0.14.1", "entrypoints"),
-    "vllm/entrypoints/llm.py": _header("vllm v0.14.1", "the offline LLM engine loop") + _d('''
-        """The LLM class: only the engine loop, which the recipe patches."""
-
-        from collections.abc import Sequence
-
-
-        class LLM:
-            def __init__(self, llm_engine):
-                self.llm_engine = llm_engine
-
-            def _run_engine(self, *, use_tqdm: bool = True) -> Sequence:
-                outputs = []
-                while self.llm_engine.has_unfinished_requests():
-                    step_outputs = self.llm_engine.step()
-                    for output in step_outputs:
-                        if output.finished:
-                            outputs.append(output)
-                return outputs
-        '''),
-    "vllm/config/__init__.py": _header("vllm v0.14.1", "config package") + _d("""
-        from vllm.config.speculative import SpeculativeConfig  # noqa: F401
-        """),
-    "vllm/config/speculative.py": _header("vllm v0.14.1", "speculative decoding config") + _d('''
-        """Speculative decoding configuration."""
-
-        from dataclasses import dataclass
-        from typing import Literal
-
-        SpeculativeMethod = Literal["ngram", "eagle", "eagle3", "medusa", "mtp"]
-
-
-        @dataclass
-        class SpeculativeConfig:
-            method: SpeculativeMethod | None = None
-            num_speculative_tokens: int | None = None
-        '''),
-    "vllm/v1/__init__.py": _header("vllm v0.14.1", "v1 engine"),
-    "vllm/v1/spec_decode/__init__.py": _header("vllm v0.14.1", "v1 speculative decoding"),
-    "vllm/v1/spec_decode/eagle.py": _header("vllm v0.14.1", "EAGLE proposer") + _d("""
-        class EagleProposer:
-            def __init__(self, vllm_config, device):
-                self.vllm_config = vllm_config
-                self.device = device
-
-            def propose(self, target_token_ids):
-                raise NotImplementedError("stand-in")
-        """),
-    "vllm/v1/spec_decode/ngram_proposer.py": _header("vllm v0.14.1", "n-gram proposer") + _d("""
-        class NgramProposer:
-            def __init__(self, vllm_config):
-                self.vllm_config = vllm_config
-
-            def propose(self, sampled_token_ids):
-                return [[] for _ in sampled_token_ids]
-        """),
-}
-
-_CATLASS_FILES = {
-    "README.md": _d(f"""
-        # catlass (stand-in)
-
-        Stand-in made by a3rl's simulator for one of vllm-ascend's git submodules
-        (`csrc/third_party/catlass`, Ascend's templated operator library). {NOTE}.
-        """),
-    "include/catlass/catlass.hpp": _d("""
-        // STAND-IN made by a3rl's simulator for catlass (a vllm-ascend submodule).
-        #pragma once
-        #define CATLASS_VERSION "stand-in"
-        """),
-}
-
+# .gitmodules stays here: a dot file in the source tree would be one that package-data's
+# globs leave out.
 _VLLM_ASCEND_FILES = {
-    "README.md": _d(f"""
-        # vLLM-Ascend (stand-in)
-
-        Stand-in made by a3rl's simulator for vllm-project/vllm-ascend at tag `v0.14.0rc1`:
-        the `vllm_ascend` files the Qwen3 recipe patches, a few lines each, and a git
-        submodule at `csrc/third_party/catlass`. {NOTE}.
-        """),
+    **_tree("vllm_ascend"),
     ".gitmodules": _d("""
         [submodule "csrc/third_party/catlass"]
         \tpath = csrc/third_party/catlass
         \turl = ../vllm_ascend_sub.git
-        """),
-    "setup.py": _header("vllm-ascend v0.14.0rc1", "setup.py") + _d("""
-        from setuptools import find_packages, setup
-
-        setup(name="vllm_ascend", version="0.14.0rc1", packages=find_packages())
-        """),
-    "csrc/CMakeLists.txt": _d("""
-        # STAND-IN made by a3rl's simulator for vllm-ascend v0.14.0rc1's csrc/CMakeLists.txt.
-        add_subdirectory(third_party/catlass)
-        """),
-    "vllm_ascend/__init__.py": _header("vllm-ascend v0.14.0rc1", "package root") + _d("""
-        def register():
-            return "vllm_ascend.platform.NPUPlatform"
-        """),
-    "vllm_ascend/spec_decode/__init__.py": _header("vllm-ascend v0.14.0rc1", "proposers") + _d("""
-        def get_spec_decode_method(method, vllm_config, device, runner):
-            if method == "ngram":
-                from vllm_ascend.spec_decode.ngram_proposer import NgramProposer
-
-                return NgramProposer(vllm_config, device, runner)
-            raise ValueError(f"Unknown speculative decoding method: {method}")
-        """),
-    "vllm_ascend/spec_decode/ngram_proposer.py": _header("vllm-ascend v0.14.0rc1",
-                                                         "n-gram proposer") + _d("""
-        class NgramProposer:
-            def __init__(self, vllm_config, device, runner):
-                self.vllm_config = vllm_config
-                self.device = device
-                self.runner = runner
-        """),
-    "vllm_ascend/worker/__init__.py": _header("vllm-ascend v0.14.0rc1", "worker package"),
-    "vllm_ascend/worker/model_runner_v1.py": _header("vllm-ascend v0.14.0rc1",
-                                                     "NPU model runner") + _d("""
-        class NPUModelRunner:
-            def __init__(self, vllm_config, device):
-                self.vllm_config = vllm_config
-                self.device = device
-                self.speculative_config = vllm_config.speculative_config
-                self.use_spec_decode = self.speculative_config is not None
-                self.drafter = None
-
-            def propose_draft_token_ids(self, valid_sampled_token_ids):
-                if not self.use_spec_decode:
-                    return None
-                return self.drafter.propose(valid_sampled_token_ids)
         """),
 }
 
@@ -646,42 +396,7 @@ _ZIP_DATE = (2025, 11, 20, 12, 0, 0)
 
 # An in-tree PEP 517 backend: the sdist builds with no build tool from an index, so the
 # simulator and the unit tests build it offline (the real sdists use setuptools).
-_BACKEND = _d("""
-    # STAND-IN made by a3rl's simulator: builds this source archive's pure-Python wheel.
-    import base64, hashlib, os, zipfile
-
-    NAME, VERSION = "{dist}", "{version}"
-    HERE = os.path.dirname(os.path.abspath(__file__))
-    TAGS = b"Wheel-Version: 1.0\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"
-
-
-    def _read(name):
-        with open(os.path.join(HERE, name), "rb") as f:
-            return f.read()
-
-
-    def _hash(data):
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest())
-        return "sha256=" + digest.rstrip(b"=").decode()
-
-
-    def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-        info = NAME + "-" + VERSION + ".dist-info"
-        files = {{NAME + ".py": _read(NAME + ".py"), info + "/METADATA": _read("PKG-INFO"),
-                  info + "/WHEEL": TAGS}}
-        record = "".join(n + "," + _hash(d) + "," + str(len(d)) + "\\n"
-                         for n, d in files.items())
-        files[info + "/RECORD"] = (record + info + "/RECORD,,\\n").encode()
-        wheel = NAME + "-" + VERSION + "-py3-none-any.whl"
-        with zipfile.ZipFile(os.path.join(wheel_directory, wheel), "w") as z:
-            for n, d in files.items():
-                z.writestr(zipfile.ZipInfo(n, {date}), d)
-        return wheel
-
-
-    def get_requires_for_build_wheel(config_settings=None):
-        return []
-    """)
+_BACKEND = _payload("sdist/_standin_backend.py")  # str.format: dist, version, date
 
 
 def _metadata(dist: str, version: str, extra: bool = False) -> str:
@@ -722,12 +437,7 @@ def _sdist(folder: Path, dist: str, version: str, module: str) -> None:
     top = f"{mod}-{version}"
     files = {
         "PKG-INFO": _metadata(dist, version),
-        "pyproject.toml": _d("""
-            [build-system]
-            requires = []
-            build-backend = "_standin_backend"
-            backend-path = ["."]
-            """),
+        "pyproject.toml": _payload("sdist/pyproject.toml"),
         "_standin_backend.py": _BACKEND.format(dist=mod, version=version, date=_ZIP_DATE),
         f"{mod}.py": module,
     }
@@ -764,55 +474,8 @@ REQUIREMENTS = (
 
 # What the recipe's build_project.sh does (it hard-codes /workspace; the stand-in lets
 # FRAMEWORKS_DIR move it). Like the recipe's, it does not stop at a failed copy.
-BUILD_PROJECT_SH = _d("""
-    #!/bin/bash
-    # STAND-IN made by a3rl's simulator for the recipe's llm_rl/qwen3/build_project.sh:
-    # the same copies into the current directory, from the framework checkouts in
-    # ${FRAMEWORKS_DIR:-/workspace} (the recipe hard-codes /workspace).
-    SRC="${FRAMEWORKS_DIR:-/workspace}"
-    cp -r "$SRC/verl/verl" ./
-    cp -r "$SRC/verl/recipe/r1_ascend" ./
-    cp "$SRC/verl/scripts/converter_hf_to_mcore.py" ./
-    cp "$SRC"/verl/recipe/dapo/config/* ./verl/trainer/config/
-    cp "$SRC"/verl/recipe/dapo/*py ./verl/trainer/
-    mkdir "megatron"
-    cp -r "$SRC/Megatron-LM/megatron/core" ./megatron/core
-    cp -r "$SRC/MindSpeed/mindspeed" ./
-    cp -r "$SRC/vllm/vllm" ./
-    cp -r "$SRC/vllm-ascend/vllm_ascend" ./
-
-    ls -l
-    """)
-
-APPLY_ALL_PATCHES_SH = _d("""
-    #!/bin/bash
-    # STAND-IN made by a3rl's simulator for the recipe's llm_rl/qwen3/apply_all_patches.sh:
-    # every patches/**/*.patch in `sort -V` order with `git apply --ignore-whitespace`,
-    # stopping at the first failure. Like the recipe's, it copies nothing else: the plain
-    # .py files beside the patches stay there, and the patched trees import them as
-    # `patches.verl...` from this folder. Run it in llm_rl/qwen3 of a recipe checkout:
-    # the patches' paths are relative to the top of the recipe repository.
-    set -o pipefail
-
-    echo "Applying patches in numerical order..."
-
-    find ./patches -type f -name "*.patch" | \\
-    sort -V | \\
-    while IFS= read -r PATCH_FILE; do
-        [[ -z "$PATCH_FILE" ]] && continue
-        PATCH_REL_PATH=$(realpath --relative-to=. "$PATCH_FILE")
-
-        echo -n "Applying $PATCH_REL_PATH ... "
-
-        git apply -v --ignore-whitespace "$@" "$PATCH_REL_PATH"
-
-        if [ $? -ne 0 ]; then
-            echo "[FAIL]: $PATCH_REL_PATH" >&2
-            exit 1
-        fi
-        echo "[SUCCESS]: $PATCH_REL_PATH"
-    done || exit 1
-    """)
+BUILD_PROJECT_SH = _payload(f"recipe/{RECIPE_SUBDIR}/build_project.sh")
+APPLY_ALL_PATCHES_SH = _payload(f"recipe/{RECIPE_SUBDIR}/apply_all_patches.sh")
 
 DOCKERFILE = "Dockerfile.vllm_ascend.mindspeed.qwen3"
 # The recipe's Dockerfile as published at the pin (shared/reference/real-upstreams.md):
@@ -820,131 +483,20 @@ DOCKERFILE = "Dockerfile.vllm_ascend.mindspeed.qwen3"
 # /workspace/vllm-ascend/tools/mooncake_installer.sh before the RUN that clones
 # vllm-ascend (so the build stops there), then vLLM, vLLM-Ascend, Ray. The stand-in keeps
 # that order with no network: each "clone" is of an empty local repository.
-DOCKERFILE_TEXT = _d("""
-    # STAND-IN made by a3rl's simulator for the recipe's Dockerfile.vllm_ascend.mindspeed.qwen3:
-    # the same order of steps, and the same defect (Mooncake's step copies vllm-ascend's
-    # installer before vllm-ascend is cloned). No network: the clones are of an empty
-    # local repository. Build with --build-arg BASE=<the CANN image stand-in>.
-    ARG BASE=quay.io/ascend/cann:8.5.0-a3-openeuler24.03-py3.11
-    FROM ${BASE}
-    WORKDIR /workspace
-    RUN git init -q --bare /tmp/standin.git
-    RUN git clone -q /tmp/standin.git verl
-    RUN git clone -q /tmp/standin.git Megatron-LM
-    RUN git clone -q /tmp/standin.git MindSpeed
-    RUN mkdir -p /workspace/Mooncake && \\
-        cp /workspace/vllm-ascend/tools/mooncake_installer.sh /workspace/Mooncake/ && \\
-        cd /workspace/Mooncake && sh mooncake_installer.sh
-    RUN git clone -q /tmp/standin.git vllm
-    RUN git clone -q /tmp/standin.git vllm-ascend && \\
-        mkdir -p vllm-ascend/tools && \\
-        printf '#!/bin/sh\\ntouch /workspace/Mooncake/installed\\n' \\
-          > vllm-ascend/tools/mooncake_installer.sh
-    LABEL a3rl.standin="recipe Dockerfile stand-in (simulator only)"
-    """)
+DOCKERFILE_TEXT = _payload(f"recipe/{RECIPE_SUBDIR}/{DOCKERFILE}")
 
 HDP = "patches/verl/utils/hybrid_data_parallel/hdp.py"
 # The plain files beside the patches, at the recipe's paths (shared/reference/
 # real-upstreams.md): imported by the patched trees as `patches.<path>`, never copied.
-PLAIN_FILES = {
-    HDP: _d('''
-        # STAND-IN made by a3rl's simulator for the recipe's
-        # patches/verl/utils/hybrid_data_parallel/hdp.py: a plain file beside the patches,
-        # imported as patches.verl.utils.hybrid_data_parallel.hdp (megatron/0002) and
-        # edited by verl/0015, as the recipe's verl 0015 edits the real one.
-        """Hybrid data parallel: pack sequences into buckets of at most max_tokens."""
+PLAIN_FILES = {f"patches/{rel}": text
+               for rel, text in _tree(f"recipe/{RECIPE_SUBDIR}/patches").items()}
 
-        BINPACK = False
-
-
-        def pack_sequences_into_buckets(lengths, max_tokens):
-            buckets, current, used = [], [], 0
-            for i, n in enumerate(lengths):
-                if current and used + n > max_tokens:
-                    buckets.append(current)
-                    current, used = [], 0
-                current.append(i)
-                used += n
-            return buckets + ([current] if current else [])
-        '''),
-    "patches/vllm_ascend/spec_decode/sam_proposer.py": _d('''
-        # STAND-IN made by a3rl's simulator for the recipe's
-        # patches/vllm_ascend/spec_decode/sam_proposer.py: a plain file beside the patches
-        # (the recipe's vllm_ascend patch imports it as patches.vllm_ascend...).
-        """The SAM (suffix automaton) speculative-decoding proposer."""
-
-
-        class SAMDecodingProposer:
-            def __init__(self, vllm_config, device, runner):
-                self.vllm_config = vllm_config
-                self.device = device
-                self.runner = runner
-
-            def propose(self, sampled_token_ids):
-                return [[] for _ in sampled_token_ids]
-        '''),
-}
-
+# files/upstream-standins/recipe, and the files made here.
 _RECIPE_FILES = {
-    "README.md": _d(f"""
-        # cann-recipes-train (stand-in)
-
-        Stand-in made by a3rl's simulator for hicann/cann-recipes-train: only
-        `llm_rl/qwen3`, with the recipe's scripts and a small patch series laid out like
-        the real one. {NOTE}.
-        """),
-    f"{RECIPE_SUBDIR}/README.md": _d(f"""
-        # Qwen3 RL recipe (stand-in)
-
-        Stand-in made by a3rl's simulator for hicann/cann-recipes-train `llm_rl/qwen3`.
-        It is used the same way as the real recipe, from this folder:
-
-            bash build_project.sh        # copy the framework trees in (FRAMEWORKS_DIR)
-            pip install -r requirements.txt
-            bash apply_all_patches.sh    # patches/ in `sort -V` order
-
-        The patches are small stand-ins made with `git format-patch`; their paths are
-        relative to the top of this repository (`a/llm_rl/qwen3/...`), like the real
-        recipe's. {NOTE}.
-        """),
+    **_tree("recipe"),
     f"{RECIPE_SUBDIR}/requirements.txt": REQUIREMENTS,
-    f"{RECIPE_SUBDIR}/{DOCKERFILE}": DOCKERFILE_TEXT,
-    f"{RECIPE_SUBDIR}/build_project.sh": BUILD_PROJECT_SH,
-    f"{RECIPE_SUBDIR}/apply_all_patches.sh": APPLY_ALL_PATCHES_SH,
-    **{f"{RECIPE_SUBDIR}/{rel}": text for rel, text in PLAIN_FILES.items()},
     # The train and env scripts (a3rl.drift runs them with recorders).
     **recipe_scripts.files(RECIPE_SUBDIR),
-    f"{RECIPE_SUBDIR}/deepscaler.py": _d(r'''
-        # STAND-IN made by a3rl's simulator for the recipe's llm_rl/qwen3/deepscaler.py,
-        # written from its rule as measured (shared/reference/real-upstreams.md, "Run
-        # scripts at the pin"), not from its code. The train scripts pass
-        # custom_reward_function.path=deepscaler.py (relative to this working directory).
-        """The recipe's GRPO reward: substring or last-box match with the ground truth."""
-
-
-        def _last_boxed(text):
-            """The content of the last \\boxed{...}, braces matched; "None" without one
-            (what mathruler.grader.extract_boxed_content returns). A box left open gives
-            "None" here: what mathruler does then was not measured."""
-            start = text.rfind("\\boxed{")
-            if start < 0:
-                return "None"
-            depth, i = 0, start + len("\\boxed")
-            for j in range(i, len(text)):
-                if text[j] == "{":
-                    depth += 1
-                elif text[j] == "}":
-                    depth -= 1
-                    if depth == 0:
-                        return text[i + 1:j]
-            return "None"
-
-
-        def compute_score(data_source, solution_str, ground_truth, extra_info=None):
-            if ground_truth in solution_str or _last_boxed(solution_str) == ground_truth:
-                return 1.0
-            return 0.0
-        '''),
 }
 
 ACTOR_YAML = "verl/trainer/config/actor/actor.yaml"
@@ -1113,22 +665,7 @@ SAMPLER = "verl/experimental/dataset/length_bucket_sampler.py"
 
 
 def _patch_verl_resampler(wd: Path) -> None:
-    _write(wd, {SAMPLER: _header("the recipe's verl patch 0019 (length-aware resampler)",
-                                 "verl.experimental.dataset.length_bucket_sampler") + _d('''
-        """Batches of similar expected response length, per epoch."""
-
-
-        class LengthAwareEpochSampler:
-            def __init__(self, data_source, data_config):
-                self.data_source = data_source
-                self.data_config = data_config
-
-            def __iter__(self):
-                return iter(range(len(self.data_source)))
-
-            def __len__(self):
-                return len(self.data_source)
-        ''')})
+    _write(wd, _tree("recipe-0019-resampler"))
 
 
 # The later recipe release the seed describes (ba7be607, "add length-aware resampler for
@@ -1256,9 +793,13 @@ def _build_into(out: Path, sdist: Path, log: Log = print) -> dict:
 
 
 def digest() -> str:
-    """Content address of a build: this module's source and the verl sdist's sha256."""
+    """Content address of a build: this module's source, its files and the verl sdist's
+    sha256."""
     h = hashlib.sha256(Path(__file__).read_bytes())
     h.update(Path(recipe_scripts.__file__).read_bytes())
+    for path in _files(FILES):
+        h.update(f"\n{path.relative_to(FILES).as_posix()}\n".encode())
+        h.update(path.read_bytes())
     h.update(f"\nverl-sdist={VERL_SDIST_SHA256}\n".encode())
     return h.hexdigest()[:16]
 

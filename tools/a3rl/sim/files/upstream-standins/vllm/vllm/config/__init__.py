@@ -1,0 +1,2 @@
+# STAND-IN made by a3rl's simulator for vllm v0.14.1: config package
+from vllm.config.speculative import SpeculativeConfig  # noqa: F401

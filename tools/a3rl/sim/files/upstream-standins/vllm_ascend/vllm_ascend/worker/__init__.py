@@ -1,0 +1,1 @@
+# STAND-IN made by a3rl's simulator for vllm-ascend v0.14.0rc1: worker package
