@@ -11,6 +11,7 @@ from a3rl import (
     drift,
     files,
     images,
+    job_profile,
     manifest,
     masking,
     plan,
@@ -20,7 +21,6 @@ from a3rl import (
     status,
 )
 from a3rl.node import conversion, metrics, npu
-from a3rl.sim import cpu_profile
 
 
 def _clear_errors(fn):
@@ -115,8 +115,8 @@ class FilterModule:
             "a3rl_run_attempts": checkpointing.attempts,
             "a3rl_attempt_of": checkpointing.attempt_of,
             "a3rl_recipe_drift": recipe_drift,
-            "a3rl_sim_cpu_job": _clear_errors(cpu_profile.cpu_job),
-            "a3rl_sim_cpu_supported": cpu_profile.supported,
+            "a3rl_job_profile": _clear_errors(job_profile.apply),
+            "a3rl_job_profile_applies": job_profile.applies,
             "a3rl_alltoall_overlap": conversion.alltoall_overlap,
             "a3rl_status_report": status.report,
             "a3rl_artifact_problems": manifest.artifact_problems,

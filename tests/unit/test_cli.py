@@ -129,6 +129,39 @@ def test_bench_without_a_runner_says_so(project, capsys):
     assert "bench/run.py does not exist" in capsys.readouterr().out
 
 
+def test_sim_and_demo_run_the_simulators_own_program_with_the_arguments(monkeypatch):
+    """`a3rl sim ARGS` and `a3rl demo ARGS` are `python -m a3rl.sim ...` (a separate
+    program: the controller imports nothing from the simulator), with its exit code."""
+    calls = []
+    monkeypatch.setattr(cli.subprocess, "call", lambda argv, **kw: calls.append(argv) or 5)
+    assert cli.main(["sim", "up", "--nodes", "4", "--help"]) == 5
+    assert cli.main(["demo", "--name", "d1"]) == 5
+    assert calls == [[sys.executable, "-m", "a3rl.sim", "up", "--nodes", "4", "--help"],
+                     [sys.executable, "-m", "a3rl.sim", "demo", "--name", "d1"]]
+
+
+def test_the_simulators_program_answers_and_the_demo_drives_the_controller(monkeypatch, capsys):
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-m", "a3rl.sim", "npu-health", "--help"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "--health HEALTH" in out and out.startswith("usage: a3rl sim npu-health")
+    from a3rl.sim import cli as sim_cli
+
+    ran = []
+    inv = Path("/x/inventory")
+    monkeypatch.setattr(sim_cli.cluster, "up", lambda name, nodes, log: type(
+        "C", (), {"inventory_dir": inv})())
+    monkeypatch.setattr(sim_cli.controller, "main", lambda argv: ran.append(argv) or 0)
+    assert sim_cli.main(["demo", "--nodes", "3", "--progress", "plain"]) == 0
+    opts = ["-i", str(inv), "--progress", "plain"]
+    # site.yml, then the training play with the demo's own extra vars, as before issue 44
+    assert ran == [["up", *opts], ["play", str(sim_cli.project_root() / "playbooks" /
+                                               "train.yml"), *opts,
+                                   "-e", "algo=grpo", "-e", "train_job_poll=2"]]
+    assert "demo done" in capsys.readouterr().out
+
+
 def test_bad_input_is_refused_before_any_play_runs(project, capsys, tmp_path):
     assert cli.main(["up", "-i", str(tmp_path / "no-inventory")]) == 2
     assert "does not exist (for the simulator: `a3rl sim up`)" in capsys.readouterr().out

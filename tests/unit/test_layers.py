@@ -7,6 +7,7 @@ or not, and every link points into it."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -97,3 +98,136 @@ def test_the_import_check_sees_late_and_relative_imports(tmp_path):
     assert imports(f) - ALLOWED == {"yaml", ".", "a3rl"}
     f.write_text("try:\n    import yaml\nexcept ImportError:\n    yaml = None\n")
     assert imports(f) == {"yaml"} and imports(f, guarded=False) == set()
+
+
+# ---- the product does not import the simulator ------------------------------------------
+#
+# Production code (the plugins, the roles' modules, the a3rl package but its sim/
+# subpackage) imports nothing from the simulator: the simulator supplies what it changes
+# through the inventory it writes (its CPU profile is data the product's generic job
+# profile applies, a3rl.job_profile), and `a3rl sim`/`a3rl demo` run the simulator as a
+# program of its own (`python -m a3rl.sim`), a process boundary as for bench/run.py, not
+# an import. bench/ and tests/ may import a3rl.sim: they measure and test the simulator.
+
+ROOT = project_root()
+SIM_DIR = ROOT / "tools" / "a3rl" / "sim"
+PRODUCT_PY = sorted(
+    {p for p in (ROOT / "plugins").rglob("*.py")}
+    | {p for p in ROOT.glob("roles/*/library/*.py")}
+    | {p for p in (ROOT / "tools" / "a3rl").rglob("*.py") if SIM_DIR not in p.parents}
+)
+# Calls that import a module named by a string (importlib.import_module, __import__,
+# importlib.util.find_spec, runpy.run_module).
+IMPORTING_CALLS = {"import_module", "__import__", "find_spec", "run_module"}
+
+
+def _package_of(path: Path) -> list[str]:
+    """The dotted package a file under tools/ belongs to (for relative imports); [] elsewhere."""
+    try:
+        rel = path.relative_to(ROOT / "tools")
+    except ValueError:
+        return []
+    return list(rel.parts[:-1])
+
+
+def sim_imports(path: Path) -> list[str]:
+    """Every import of a3rl.sim in the file, at any depth: ``import``/``from`` statements
+    (relative ones resolved against the file's package), ``from a3rl import sim``, and
+    modules imported by a constant string (``importlib.import_module("a3rl.sim.x")``,
+    ``__import__``, ``find_spec``, ``run_module``, with a constant package argument)."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = _package_of(path)
+    found: list[str] = []
+
+    def is_sim(name: str) -> bool:
+        return name == "a3rl.sim" or name.startswith("a3rl.sim.")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [f"line {node.lineno}: import {a.name}" for a in node.names if is_sim(a.name)]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1] if package else []
+                module = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                module = node.module or ""
+            names = [module] + [f"{module}.{a.name}" for a in node.names]
+            if any(is_sim(n) for n in names):
+                found.append(f"line {node.lineno}: from {'.' * node.level}{node.module or ''} "
+                             f"import {', '.join(a.name for a in node.names)}")
+        elif isinstance(node, ast.Call):
+            fn = node.func
+            name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+            if name not in IMPORTING_CALLS or not node.args:
+                continue
+            first = node.args[0]
+            if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+                continue
+            target = first.value
+            anchor = node.args[1] if len(node.args) > 1 else next(
+                (k.value for k in node.keywords if k.arg == "package"), None)
+            if target.startswith(".") and isinstance(anchor, ast.Constant):
+                target = str(anchor.value) + target
+            if is_sim(target):
+                found.append(f"line {node.lineno}: {name}({first.value!r})")
+    return found
+
+
+def test_the_product_imports_nothing_from_the_simulator():
+    """Issue 44: no file of plugins/, roles/*/library or tools/a3rl outside sim/ imports
+    a3rl.sim, in any form sim_imports sees. bench/ and tests/ are not scanned: they may
+    import the simulator, which they measure and test. `python -m a3rl.sim` in the
+    controller (a3rl sim, a3rl demo) runs the simulator as a separate program, not an
+    import, and is allowed."""
+    assert len(PRODUCT_PY) > 50 and not [p for p in PRODUCT_PY if SIM_DIR in p.parents]
+    bad = {str(p.relative_to(ROOT)): hits for p in PRODUCT_PY if (hits := sim_imports(p))}
+    assert not bad, (f"production code imports the simulator: {bad}. The simulator hands the "
+                     "product data through the inventory it writes (a3rl.job_profile) or runs "
+                     "as its own program (python -m a3rl.sim); the product never imports it")
+
+
+def test_the_simulator_import_scan_sees_every_form(tmp_path):
+    f = tmp_path / "x.py"
+    f.write_text("import os\nimport a3rl.sim.cluster\nfrom a3rl.sim import podman\n"
+                 "from a3rl import sim, plan\ndef f():\n    from a3rl.sim.hub import serve\n"
+                 "    import importlib\n    importlib.import_module('a3rl.sim.cpu_profile')\n"
+                 "    importlib.import_module('.sim', 'a3rl')\n    __import__('a3rl.sim')\n"
+                 "from a3rl import simulated, plan\nimportlib.import_module('a3rl.simx')\n"
+                 "import a3rl.similar\n")
+    assert [h.split(":")[0] for h in sim_imports(f)] == [
+        "line 2", "line 3", "line 4", "line 6", "line 8", "line 9", "line 10"]
+    # relative imports resolve against the file's package: tools/a3rl/x.py's `.sim` is a3rl.sim
+    g = ROOT / "tools" / "a3rl" / "x.py"
+    assert _package_of(g) == ["a3rl"]
+
+
+def test_no_role_or_play_calls_a_filter_of_the_simulator():
+    """The Jinja side: every a3rl filter a role, play or template calls is one of the
+    product's filter plugins (plugins/filter, which import no simulator code: the test
+    above), none is named as the simulator's (a3rl_sim_*), and no role or play names the
+    simulator's modules or files (a3rl.sim, tools/a3rl/sim/)."""
+    import re
+
+    from ansible.plugins.loader import init_plugin_loader
+
+    init_plugin_loader()
+    provided: set[str] = set()
+    for path in sorted((ROOT / "plugins" / "filter").glob("*.py")):
+        spec = importlib.util.spec_from_file_location(f"_a3rl_filter_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        provided |= set(module.FilterModule().filters())
+    used: dict[str, set[str]] = {}
+    files = [*ROOT.glob("roles/**/*.yml"), *ROOT.glob("roles/**/*.j2"),
+             *ROOT.glob("playbooks/*.yml"), ROOT / "site.yml", *ROOT.glob("templates/**/*.j2")]
+    for path in files:
+        for name in re.findall(r"\|\s*(a3rl_\w+)", path.read_text()):
+            used.setdefault(name, set()).add(str(path.relative_to(ROOT)))
+    assert used, "no a3rl filter found in the roles: the scan is broken"
+    named = sorted(str(p.relative_to(ROOT)) for p in files
+                   if re.search(r"a3rl[./]sim\b", p.read_text()))
+    assert not named, f"roles or plays name the simulator's code or files: {named}"
+    sim = {n: sorted(w) for n, w in used.items() if n.startswith("a3rl_sim")}
+    assert not sim, f"roles call the simulator's filters: {sim}"
+    unknown = {n: sorted(w) for n, w in used.items() if n not in provided}
+    assert not unknown, f"roles call a3rl filters no product plugin provides: {unknown}"

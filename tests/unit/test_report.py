@@ -152,7 +152,7 @@ def test_a_real_verl_cpu_run_is_labelled_and_lists_what_its_profile_replaced(tmp
     md = report.render(tmp_path, plan, metrics.parse_log(GRPO_32B_LOG), STATUS)[0].read_text()
     label = "real verl on CPU, tiny model: not comparable with the recipe's figures"
     assert f"> **{label}.**" in md and f"| figures | measured: {label} |" in md
-    assert "### Replaced for the simulator's CPU profile" in md
+    assert "### Replaced by the site's job profile" in md
     assert "- `trainer.device: npu -> cpu` (no NPU on the simulator)" in md
     cells = _row(md, "| timing_s/generate_sequences | SAM |")
     assert cells[6] == "not comparable (real verl on CPU, tiny model)"

@@ -60,35 +60,13 @@ def _default_inventory() -> Path:
     return project_root() / "inventory" / "sim"
 
 
-def cmd_sim(args: argparse.Namespace) -> int:
-    from a3rl.sim import cluster
-
-    if args.sim_cmd == "up":
-        c = cluster.up(args.name, args.nodes, args.subnet, args.npus, log=_log,
-                       trainer=args.trainer)
-        _log(f"inventory written to {c.inventory_dir}")
-        return 0
-    if args.sim_cmd == "down":
-        cluster.down(args.name, log=_log)
-        return 0
-    if args.sim_cmd == "status":
-        rows = cluster.status(args.name)
-        if not rows:
-            console.print(f"cluster {args.name!r}: no nodes")
-            return 1
-        table = Table(title=f"simulated cluster {args.name!r}", box=_box())
-        for col in ("node", "container", "state", "ip", "ssh", "npus"):
-            table.add_column(col)
-        for r in rows:
-            table.add_row(r["node"], r["container"], str(r["state"]), r.get("ip", ""),
-                          "yes" if r.get("ssh") else "no", str(r.get("npus", "")))
-        console.print(table)
-        return 0 if all(r["state"] == "running" and r.get("ssh") for r in rows) else 1
-    if args.sim_cmd == "npu-health":
-        cluster.set_npu_health(args.name, args.node, args.npu, args.health)
-        _log(f"{args.node}: /dev/davinci{args.npu} now reports {args.health} in npu-smi")
-        return 0
-    raise AssertionError(args.sim_cmd)
+def cmd_sim(argv: list[str]) -> int:
+    """``a3rl sim ARGS`` and ``a3rl demo ARGS``: the simulator's own program
+    (``python -m a3rl.sim``, tools/a3rl/sim/cli.py) with this venv's Python; its exit code
+    is ours. A separate program, not an import: the product imports nothing from the
+    simulator (tests/unit/test_layers.py)."""
+    sys.stdout.flush()
+    return subprocess.call([sys.executable, "-m", "a3rl.sim", *argv])
 
 
 # ---- running a play ------------------------------------------------------------------
@@ -392,31 +370,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    from a3rl.sim import cluster
-
-    c = cluster.up(args.name, nodes=args.nodes, log=_log)
-    args.inventory, args.extra_vars, args.check = str(c.inventory_dir), [], False
-    rc = run(args, "site.yml")
-    if rc != 0:
-        return rc
-    # A short poll, so that the live view shows verl's steps as they come (real verl on
-    # CPU with a tiny random Qwen3: the plan's CPU profile, a3rl.sim.cpu_profile).
-    rc = run(args, "playbooks/train.yml", {"algo": "grpo", "train_job_poll": "2"})
-    if rc == 0:
-        reports = sorted((project_root() / "runs").glob("a3rl-grpo-*/report.md"),
-                         key=lambda p: p.stat().st_mtime)
-        name = "" if args.name == cluster.DEFAULT_NAME else f" --name {args.name}"
-        console.print(
-            f"[green]demo done[/green]: {args.nodes} simulated A3 node(s), site.yml passed, "
-            f"a GRPO run (real verl on CPU, tiny model) finished. Training report: "
-            f"{reports[-1] if reports else '(none)'}. Runs: `a3rl runs`; a run's report: "
-            f"`a3rl report last`. Cluster: `a3rl sim status{name}`; remove: "
-            f"`a3rl sim down{name}`."
-        )
-    return rc
-
-
 # ---- arguments -----------------------------------------------------------------------
 
 
@@ -440,24 +393,10 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    sim = sub.add_parser("sim", help="the simulated A3 cluster")
-    simsub = sim.add_subparsers(dest="sim_cmd", required=True)
-    up = simsub.add_parser("up", help="start (or reuse) a simulated cluster")
-    up.add_argument("--nodes", type=int, default=2)
-    up.add_argument("--subnet", default=None, help="IPv4 /24 for the node network")
-    up.add_argument("--npus", type=int, default=16, help="stand-in NPU devices per node")
-    up.add_argument("--trainer", choices=("verl", "standin"), default="verl",
-                    help="what GRPO runs run: real verl on CPU (the default; a 2.9 GB "
-                         "image layer, built once per machine) or the stand-in trainer")
-    for name in ("up", "down", "status", "npu-health"):
-        sp = up if name == "up" else simsub.add_parser(name)
-        sp.add_argument("--name", default="sim", help="cluster name (default: sim)")
-    health = simsub.choices["npu-health"]
-    health.add_argument("--node", required=True)
-    health.add_argument("--npu", type=int, required=True,
-                        help="davinci device number (A3: NPU npu//2, chip npu%%2)")
-    health.add_argument("--health", default="Critical",
-                        help="what the stand-in npu-smi reports (OK restores it)")
+    # `a3rl sim ARGS` and `a3rl demo ARGS`: the simulator's own program (python -m
+    # a3rl.sim) takes every argument as it is (main() hands them over before argparse).
+    sub.add_parser("sim", help="the simulated A3 cluster: up, down, status, npu-health "
+                               "(a3rl sim --help)", add_help=False)
 
     for name in ("up", "preflight", "status"):
         _play_options(sub.add_parser(name, help=PLAYS[name][1]))
@@ -507,7 +446,8 @@ def parser() -> argparse.ArgumentParser:
     plan.add_argument("--feature", action="append", default=[],
                       help="a feature name (repeat; no-<name> turns a default off)")
     plan.add_argument("--nodes", type=int, default=None, help="default: the recipe's")
-    plan.add_argument("--npus-per-node", type=int, default=16)
+    plan.add_argument("--npus-per-node", type=int, default=None,
+                      help="default: npus_per_node of group_vars/all/cluster.yml")
     plan.add_argument("--override", action="append", default=[], help="a Hydra override")
     plan.add_argument("--assets-dir", default="/data/a3rl")
     plan.add_argument("--workdir", default="/data/a3rl/llm_rl/qwen3")
@@ -545,10 +485,8 @@ def parser() -> argparse.ArgumentParser:
                         help="a folder under runs/, a unique part of its name, a play "
                              "(its newest run) or 'last'")
 
-    demo = sub.add_parser("demo", help="simulated cluster + site.yml + a GRPO run")
-    demo.add_argument("--nodes", type=int, default=2)
-    demo.add_argument("--name", default="sim", help="simulated cluster name (default: sim)")
-    _output_options(demo)
+    sub.add_parser("demo", help="simulated cluster + site.yml + a GRPO run (a3rl demo --help)",
+                   add_help=False)
     return p
 
 
@@ -559,13 +497,13 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["bench"]:
         _use_console(not wants_live(sys.stdout, dict(os.environ)))
         return cmd_bench(argv[1:])
+    if argv[:1] in (["sim"], ["demo"]):
+        return cmd_sim(argv[1:] if argv[0] == "sim" else argv)
     args = parser().parse_args(argv)
     mode = getattr(args, "progress", "auto")
     _use_console(mode == "plain" or (mode != "live" and not wants_live(sys.stdout,
                                                                          dict(os.environ))))
     try:
-        if args.cmd == "sim":
-            return cmd_sim(args)
         if args.cmd in ("up", "preflight", "status"):
             return run(args, PLAYS[args.cmd][0])
         if args.cmd == "play":
@@ -576,8 +514,6 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_clean_cache(args)
         if args.cmd == "down":
             return cmd_down(args)
-        if args.cmd == "demo":
-            return cmd_demo(args)
         if args.cmd == "plan":
             return cmd_plan(args)
         if args.cmd == "drift":

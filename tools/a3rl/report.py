@@ -15,14 +15,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from a3rl import rolevars
 from a3rl.node.metrics import KEY_METRICS, summary
 
 REPORT_NAME = "report.md"
 PLOT_NAME = "metrics.png"
-# An A3 node holds 8 cards of 2 dies each; verl counts the 16 dies as its devices
-# (trainer.n_gpus_per_node=16), the recipe counts cards ("64 cards = 128 dies = 8 nodes").
+# An A3 node holds 8 cards of 2 dies each; verl counts the dies as its devices
+# (trainer.n_gpus_per_node: npus_per_node), the recipe counts cards ("64 cards = 128
+# dies = 8 nodes").
 CARDS_PER_NODE = 8
-DEVICES_PER_NODE = 16
 
 # Feature names (as in a plan's ``features``) that the published figures are split by.
 FEATURE_SAM = "sam"
@@ -133,7 +134,7 @@ def _plan_facts(plan: Mapping[str, Any] | None) -> dict[str, Any]:
         else:
             algo = ov.get("algorithm.adv_estimator")
     nodes = int(plan.get("nodes") or ov.get("trainer.nnodes") or 0) or None
-    per_node = int(ov.get("trainer.n_gpus_per_node") or DEVICES_PER_NODE)
+    per_node = int(ov.get("trainer.n_gpus_per_node") or rolevars.npus_per_node())
     return {
         "algo": algo,
         "model": plan.get("model"),
@@ -225,9 +226,9 @@ def _markdown(run_dir: Path, plan: Mapping[str, Any] | None, steps: Sequence[dic
     out = [f"# Training run {name}", ""]
     label = (plan or {}).get("label")
     if label and not simulated:
-        out += [f"> **{label}.** The simulator ran real verl on CPU with a tiny random model "
-                "(its CPU profile of the plan, the replaced settings listed below): the "
-                "metrics are verl's own, for this tiny run only.", ""]
+        out += [f"> **{label}.** The site's job profile replaced settings of the plan "
+                "(listed below): the metrics are the trainer's own, for this profiled run "
+                "only.", ""]
     if simulated:
         out += ["> **Simulated run.** The simulator's stand-in trainer printed these metrics; "
                 "it does no NPU math, so its figures are not comparable with the recipe's "
@@ -264,7 +265,7 @@ def _markdown(run_dir: Path, plan: Mapping[str, Any] | None, steps: Sequence[dic
             ["Hydra overrides", str(len(ov))],
         ])
         if plan.get("replaced"):
-            out += ["", "### Replaced for the simulator's CPU profile", "",
+            out += ["", "### Replaced by the site's job profile", "",
                     "The real plan above was checked (and composed with Hydra) as on a real "
                     "cluster; what CPU cannot honour was replaced, each for the reason given:",
                     "", *(f"- `{line.split(' (', 1)[0]}` ({line.split(' (', 1)[1]}"

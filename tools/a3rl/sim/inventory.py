@@ -16,13 +16,15 @@ from typing import TYPE_CHECKING
 import yaml
 
 from a3rl.files import sha256_file
-from a3rl.sim import upstreams
+from a3rl.sim import cpu_profile, upstreams
 
 if TYPE_CHECKING:
     from a3rl.sim.cann import CannArchive
     from a3rl.sim.cluster import Cluster, Node
 
 HEADER = "# Written by `a3rl sim up`; rewritten on every up, removed by `a3rl sim down`.\n"
+# train_job's job profile on the simulator: the CPU profile unless the play turns it off.
+PROFILE_SWITCH = "{{ a3rl_sim_cpu_profile if train_job_sim_cpu_profile | bool else {} }}"
 
 
 # The simulated NPU ports' addresses: 10.214.<the cluster subnet's third octet>.0/24,
@@ -127,7 +129,11 @@ def group_vars(cluster: Cluster, packages: Mapping[str, Path] | None = None,
         # GRPO runs go to REAL verl 0.6.0 on CPU instead: the plan's CPU profile
         # (a3rl.sim.cpu_profile), with the CPU stand-in layer, in the real-verl image layer
         # (a cluster made with trainer="standin" has no such layer: the stand-in trainer).
+        # The profile is data, a job profile train_job applies as it would a site's
+        # (a3rl.job_profile); -e train_job_sim_cpu_profile=false turns it off for a play.
+        "a3rl_sim_cpu_profile": cpu_profile.profile(),
         "train_job_sim_cpu_profile": real_verl,
+        "train_job_profile": PROFILE_SWITCH,
         # Real verl on CPU counts logical GPUs and reserves a custom `cpu` resource per
         # worker (one per node); two logical CPUs per node fit a worker beside verl's
         # TaskRunner (shared/reference/verl-cpu.md).
