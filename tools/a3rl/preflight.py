@@ -18,8 +18,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from a3rl import manifest, ray, rolevars
 from a3rl.node import artifacts
 from a3rl.node.fanout import whole_number
@@ -456,15 +454,22 @@ def ray_auth_problems(setting: str, version: str) -> list[str]:
 # would crash a stage with a traceback (int("29470abc")), or pass silently (a port 0,
 # "10M" read as 0 by Jinja's int), is refused here, naming the variable and the hosts.
 
-PORT_SETTINGS = (
-    "a3rl_ray_gcs_port", "a3rl_ray_dashboard_port", "ray_cluster_gcs_port",
-    "ray_cluster_dashboard_port", "ray_cluster_client_server_port",
-    "ray_cluster_node_manager_port", "ray_cluster_object_manager_port",
-    "ray_cluster_runtime_env_agent_port", "ray_cluster_dashboard_agent_grpc_port",
-    "ray_cluster_dashboard_agent_http_port", "ray_cluster_metrics_export_port",
-    "ray_cluster_min_worker_port", "ray_cluster_max_worker_port",
-    "artifact_store_fanout_port", "recipe_env_master_port",
-)
+# The roles whose nodes listen on ports, in the order their listeners are named; each
+# port setting is an `int` option named *_port in a role's argument spec, or a *_port
+# variable of group_vars/all/cluster.yml, read from there (port_settings), not listed here.
+LISTENER_ROLES = ("ray_cluster", "artifact_store", "recipe_env")
+
+
+@functools.lru_cache(maxsize=4)
+def port_settings(root: str = "") -> tuple[str, ...]:
+    """Every port setting: the cluster-wide ones, then the listener roles' (as specified)."""
+    base = Path(root) if root else project_root()
+    names = [k for k in rolevars.cluster_vars(base) if k.endswith("_port")]
+    for role in LISTENER_ROLES:
+        names += [k for k, opt in rolevars.spec_options(base / "roles" / role).items()
+                  if k.endswith("_port") and opt.get("type") == "int"]
+    return tuple(names)
+
 # Whole numbers >= 0 (0: none, or no floor) and > 0.
 COUNT_SETTINGS = ("artifact_store_fanout_min_bytes", "artifact_store_bwlimit")
 POSITIVE_SETTINGS = ("artifact_store_fanout_connect_timeout", "artifact_store_fanout_io_timeout",
@@ -529,7 +534,7 @@ def _host_setting_problems(host: str, hv: Mapping[str, Any]) -> list[tuple[str, 
     for name, text in list_type_problems(hv):
         not_lists.add(name)
         out.append((name, text))
-    for name in PORT_SETTINGS:
+    for name in port_settings():
         if name in hv:
             n = whole_number(hv[name])
             if n is None or not 0 < n < 65536:
@@ -655,10 +660,11 @@ def typed_settings(roles: str = "") -> dict[str, tuple[str, str]]:
     out: dict[str, tuple[str, str]] = {}
     handed_on: dict[str, tuple[str, str]] = {}
     for role in rolevars.role_dirs(folder):
+        values = rolevars.defaults(role)
         for key, opt in rolevars.spec_options(role).items():
             if opt.get("type") in ("list", "dict"):
                 out.setdefault(key, (role.name, opt["type"]))
-                ref = _REF_DEFAULT.fullmatch(str(opt.get("default", "")).strip())
+                ref = _REF_DEFAULT.fullmatch(str(values.get(key, "")).strip())
                 if ref:
                     handed_on.setdefault(ref.group(1), (role.name, opt["type"]))
     return {**handed_on, **out}
@@ -702,13 +708,7 @@ def _kind(value: Any) -> str:
 # two listeners on one port are refused here instead of one of them failing to start
 # after every stage before Ray's changed the nodes.
 
-LISTENER_SETTINGS = (
-    "ray_cluster_gcs_port", "ray_cluster_dashboard_port", "ray_cluster_client_server_port",
-    "ray_cluster_node_manager_port", "ray_cluster_object_manager_port",
-    "ray_cluster_runtime_env_agent_port", "ray_cluster_dashboard_agent_grpc_port",
-    "ray_cluster_dashboard_agent_http_port", "ray_cluster_metrics_export_port",
-    "artifact_store_fanout_port",
-)
+WORKER_RANGE = ("ray_cluster_min_worker_port", "ray_cluster_max_worker_port")
 FIXED_LISTENERS = (
     ("Ray's dashboard metrics port (fixed by Ray)", ray.DASHBOARD_METRICS_PORT,
      ray.DASHBOARD_METRICS_PORT),
@@ -726,12 +726,27 @@ def listener_defaults(root: str = "") -> dict[str, Any]:
     inventory or -e set), and the cluster-wide ones they refer to."""
     base = Path(root) if root else project_root()
     out: dict[str, Any] = {}
-    for role in ("ray_cluster", "artifact_store", "recipe_env"):
+    for role in LISTENER_ROLES:
         out.update(rolevars.defaults(base / "roles" / role))
-    cluster = base / "group_vars" / "all" / "cluster.yml"
-    if cluster.is_file():
-        out.update(yaml.safe_load(cluster.read_text()) or {})
+    out.update(rolevars.cluster_vars(base))
     return out
+
+
+@functools.lru_cache(maxsize=4)
+def listener_settings(root: str = "") -> tuple[str, ...]:
+    """The listener roles' single ports (the worker range is read as a range), each
+    listener once: a setting whose default only names a cluster-wide port another one
+    already follows (recipe_env_master_port, the GCS port) is the same listener."""
+    defaults = listener_defaults(root)
+    out: list[str] = []
+    seen: set[str] = set()
+    cluster = rolevars.cluster_vars(Path(root) if root else project_root())
+    for name in port_settings(root):
+        ref = _VAR_REF.fullmatch(str(defaults.get(name, "")))
+        if name not in cluster and name not in WORKER_RANGE and (not ref or ref[1] not in seen):
+            out.append(name)
+            seen.add(ref[1] if ref else name)
+    return tuple(out)
 
 
 def _setting(hv: Mapping[str, Any], name: str, defaults: Mapping[str, Any]) -> tuple[Any, str]:
@@ -756,13 +771,13 @@ def listener_spans(hv: Mapping[str, Any], defaults: Mapping[str, Any] | None = N
     defaults = listener_defaults() if defaults is None else defaults
     spans: list[Span] = []
     problems: list[str] = []
-    for name in LISTENER_SETTINGS:
+    for name in listener_settings():
         value, shown = _setting(hv, name, defaults)
         n = whole_number(value)
         if n is not None and 0 < n < 65536:
             spans.append((f"{shown} {n}", n, n))
-    lo_v, lo_name = _setting(hv, "ray_cluster_min_worker_port", defaults)
-    hi_v, hi_name = _setting(hv, "ray_cluster_max_worker_port", defaults)
+    lo_v, lo_name = _setting(hv, WORKER_RANGE[0], defaults)
+    hi_v, hi_name = _setting(hv, WORKER_RANGE[1], defaults)
     lo, hi = whole_number(lo_v), whole_number(hi_v)
     if lo is not None and hi is not None and 0 < lo < 65536 and 0 < hi < 65536:
         if lo > hi:

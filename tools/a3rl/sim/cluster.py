@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from a3rl import rolevars
 from a3rl.paths import project_root, sim_dir
 from a3rl.sim import (
     cann,
@@ -39,7 +40,6 @@ LABEL = "a3rl.sim.cluster"
 # What a cluster's GRPO runs run (up(trainer=...)).
 TRAINERS = ("verl", "standin")
 DEFAULT_NAME = "sim"
-DEFAULT_NPUS = 16
 SSH_READY_TIMEOUT = 120.0
 # Where every node mounts the cluster's shared folder (.sim/<name>/shared).
 SHARED_DIR = "/shared"
@@ -173,7 +173,7 @@ def _ensure_network(cluster: Cluster) -> None:
                 "--label", f"{LABEL}={cluster.name}", cluster.network])
 
 
-# The stand-in hccn_tool's simulated NPU ports (see tools/a3rl/sim/standins/hccn_tool).
+# The stand-in hccn_tool's simulated NPU ports (see tools/a3rl/sim/files/hdk-standin/hccn_tool).
 HCCN_KNOBS = {
     "hccn-ip": "# <device> <address> <netmask>: each NPU port's live address (stand-in "
                "hccn_tool; -ip -s writes it); none = no address\n",
@@ -286,7 +286,7 @@ def up(
     name: str = DEFAULT_NAME,
     nodes: int = 2,
     subnet: str | None = None,
-    npus: int = DEFAULT_NPUS,
+    npus: int | None = None,
     log: Callable[[str], None] = print,
     parallel: int = START_PARALLEL,
     trainer: str = "verl",
@@ -301,8 +301,10 @@ def up(
 
     A cluster that is already up with the same size and image is left as it is, so a
     repeated ``up`` changes nothing; anything else carrying the cluster's label (a stale
-    or differently-sized earlier cluster) is removed first.
+    or differently-sized earlier cluster) is removed first. ``npus`` defaults to the
+    project's npus_per_node (group_vars/all/cluster.yml).
     """
+    npus = rolevars.npus_per_node() if npus is None else npus
     problem = podman.available()
     if problem:
         raise RuntimeError(problem)
