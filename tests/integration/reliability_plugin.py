@@ -77,8 +77,12 @@ POINTERS: tuple[Pointer, ...] = (
             _I + "test_train.py::test_invalid_plans_are_refused_before_anything_is_submitted"
             "[extravars1-shuffle]", "train plan"),
     Pointer("bad_input", "a misspelled Hydra key", "refused by the Hydra check, nothing submitted",
-            _I + "test_train.py::test_a_hydra_typo_is_refused_naming_the_key_before_submit",
+            _I + "test_train.py::test_a_key_hydra_refuses_is_named_before_submit[typo]",
             "train Hydra check"),
+    Pointer("bad_input", "a '+' on a key verl's config has (not one the plan sets)",
+            "refused by the Hydra check, nothing submitted",
+            _I + "test_train.py::test_a_key_hydra_refuses_is_named_before_submit"
+            "[plus on a key the config has]", "train Hydra check"),
     Pointer("bad_input", "hostile cache paths (empty, relative, /, .., glob, ~)",
             "refused with the rule broken, nothing removed",
             _I + "test_day2.py::test_hostile_cache_paths_are_refused_and_nothing_removed",

@@ -134,6 +134,13 @@ def _one_machine_twice(inv: Path, sim) -> None:
     gv.write_text(yaml.safe_dump(data))
 
 
+def _rename_node2(name: str):
+    def fn(groups, _sim):
+        hosts = groups["workers"]["hosts"]
+        hosts[name] = hosts.pop("node2")
+    return fn
+
+
 def _spare_address(sim) -> str:
     return str(ipaddress.ip_network(sim.subnet).network_address + 99)
 
@@ -383,6 +390,111 @@ CASES: dict[str, Case] = {
     "an artifact size with a unit": Case("preflight (controller)", SITE, (
         "controller: artifact qwen3_32b_config: size '10GB' is not a whole number of bytes",
         "Fix:"), _artifact("qwen3_32b_config", size="10GB")),
+    "a host name with a quote": Case("preflight (inventory)", SITE, (
+        "the host name \"node2'x\" holds a quote", "Fix: rename the host"),
+        _hosts(_rename_node2("node2'x"))),
+    "a model profile key with a space": Case("preflight (inventory)", SITE, (
+        "a3rl_default_model 'qwen3 32b' is not a model profile key", "Fix:"),
+        _group_vars(a3rl_default_model="qwen3 32b")),
+    "a model name with a newline": Case("preflight (inventory)", SITE, (
+        "a3rl_models.qwen3_32b.name 'Qwen3-32B\\necho pwned' is not a model name", "Fix:"),
+        _group_vars(a3rl_models={"qwen3_32b": {"name": "Qwen3-32B\necho pwned"}})),
+    "a data root with a space": Case("preflight (inventory)", SITE, (
+        "a3rl_data_root '/data/a3rl x' holds a space", "Fix:"),
+        _group_vars(a3rl_data_root="/data/a3rl x")),
+    "an env folder with a quote": Case("preflight (inventory)", SITE, (
+        "a3rl_env_dir \"/data/env'x\" holds a quote", "Fix:"),
+        _group_vars(a3rl_env_dir="/data/env'x")),
+    "a working directory with a newline": Case("preflight (inventory)", SITE, (
+        "a3rl_workdir '/data/work\\ntouch /tmp/pwned' holds a newline", "Fix:"),
+        _group_vars(a3rl_workdir="/data/work\ntouch /tmp/pwned")),
+    "a working directory under /proc": Case("preflight (inventory)", SITE, (
+        "a3rl_workdir '/proc/a3rl' is a folder of the operating system", "Fix:"),
+        _group_vars(a3rl_workdir="/proc/a3rl")),
+    "an HCCL env key with a command in it": Case("preflight (inventory)", SITE, (
+        "recipe_env_hccl: 'HCCL_X$(id)' is not a shell variable name", "Fix:"),
+        _group_vars(recipe_env_hccl={"HCCL_X$(id)": "1", "HCCL_IF_BASE_PORT": 64021})),
+    "a Ray port of 65536": Case("preflight (inventory)", SITE, (
+        "node1, node2: ray_cluster_gcs_port 65536 is not a TCP port", "Fix:"),
+        _group_vars(ray_cluster_gcs_port=65536)),
+    "HCCL's port range past 65535": Case("preflight (inventory)", SITE, (
+        "recipe_env_hccl.HCCL_IF_BASE_PORT 65530 with recipe_env_hccl_port_count",
+        "is not a range of ports within 1024-65535", "Fix:"),
+        _group_vars(recipe_env_hccl={"HCCL_IF_BASE_PORT": 65530})),
+    "Ray's worker port range upside down": Case("preflight (inventory)", SITE, (
+        "ray_cluster_min_worker_port 19999 is above ray_cluster_max_worker_port 10002",
+        "Fix:"), _group_vars(ray_cluster_min_worker_port=19999,
+                             ray_cluster_max_worker_port=10002)),
+    "a fan-out port inside Ray's worker ports": Case("preflight (inventory)", SITE, (
+        "Ray's worker ports 10002-19999 (ray_cluster_min_worker_port..ray_cluster_max_worker_"
+        "port) overlaps artifact_store_fanout_port 15000", "Fix: move one of them"),
+        _group_vars(artifact_store_fanout_port=15000)),
+    "an open firewall port that is a Ray port": Case("preflight (inventory)", SITE, (
+        "ray_cluster_firewall_open_ports entry '29450' opens ray_cluster_node_manager_port "
+        "29450 to every source", "Fix: take it out"),
+        _group_vars(ray_cluster_firewall_open_ports=["22", "29450"])),
+    "a peer firewall port that is not a port": Case("preflight (inventory)", SITE, (
+        "ray_cluster_firewall_peer_ports entry 'hccl' is not a port or a range", "Fix:"),
+        _group_vars(ray_cluster_firewall_peer_ports=["hccl"])),
+    "a mapping setting given as a string (-e)": Case("preflight (inventory)", SITE, (
+        "recipe_env_hccl is 'HCCL_IF_BASE_PORT=64021' (a string), not a mapping",
+        "Fix: give a mapping"), extravars={"recipe_env_hccl": "HCCL_IF_BASE_PORT=64021"}),
+    "a firewall allow-list given as a string (-e)": Case("preflight (inventory)", SITE, (
+        "ray_cluster_firewall_allow is '10.0.0.0/8' (a string), not a list",
+        "Fix: give a list"), extravars={"ray_cluster_firewall_allow": "10.0.0.0/8"}),
+    "a bundle group that does not exist": Case("preflight (inventory)", SITE, (
+        "artifact_store_groups", "'framework'", "Fix:"),
+        _group_vars(artifact_store_groups=["framework", "recipe", "python"])),
+    "a git ref with a space and a command": Case("preflight (controller)", SITE, (
+        "controller: artifact verl:", "'v0.6.0; touch /tmp/pwned'", "Fix:"),
+        _artifact("verl", ref="v0.6.0; touch /tmp/pwned")),
+    "a git ref that is an option": Case("preflight (controller)", SITE, (
+        "controller: artifact megatron:", "'--upload-pack=touch /tmp/pwned'", "Fix:"),
+        _artifact("megatron", ref="--upload-pack=touch /tmp/pwned")),
+    "an artifact dest in the store's git folder": Case("preflight (controller)", SITE, (
+        "controller: artifact gsm8k: dest 'git/verl'", "Fix:"),
+        _artifact("gsm8k", dest="git/verl")),
+    "an artifact dest in the store's python folder": Case("preflight (controller)", SITE, (
+        "controller: artifact gsm8k: dest 'python/gsm8k'", "Fix:"),
+        _artifact("gsm8k", dest="python/gsm8k")),
+    "two artifacts with one dest": Case("preflight (controller)", SITE, (
+        "controller: artifact", "dest 'raw/aime_2024'", "the dest 'raw/aime_2024' of artifact",
+        "Fix:"), _artifact("gsm8k", dest="raw/aime_2024")),
+    "allow_patterns given as a string": Case("preflight (controller)", SITE, (
+        "controller: artifact qwen3_32b_config: `allow_patterns` is 'config.json'; expected "
+        "a list of strings", "Fix:"), _artifact("qwen3_32b_config", allow_patterns="config.json")),
+    "a requirements entry without a path": Case("preflight (controller)", SITE, (
+        "controller: artifact recipe_wheels: requirements", "lacks path", "Fix:"),
+        _artifact("recipe_wheels", requirements={"artifact": "recipe"})),
+    "a hub revision that is a branch": Case("preflight (controller)", SITE, (
+        "controller: artifact qwen3_32b_config (modelscope", "`revision` is 'master', not a "
+        "commit id", "Fix:"), _artifact("qwen3_32b_config", revision="master")),
+    "a git artifact without a ref": Case("preflight (controller)", SITE, (
+        "controller: artifact vllm (git): `ref` is not set", "Fix:"),
+        _artifact("vllm", ref="")),
+    "an override key given twice": Case("train plan", TRAIN, (
+        "trainer.total_epochs is given twice", "Fix:"),
+        extravars={"algo": "grpo", "overrides": ["trainer.total_epochs=2",
+                                                 "trainer.total_epochs=3"]}, host="node1"),
+    "+key on a key the plan sets": Case("train plan", TRAIN, (
+        "'+data.train_batch_size=8': data.train_batch_size is already in the run's overrides",
+        "Fix: drop the '+'"),
+        extravars={"algo": "grpo", "overrides": ["+data.train_batch_size=8"]}, host="node1"),
+    "negative epochs": Case("train plan", TRAIN, (
+        "trainer.total_epochs must be at least 1, not -1",),
+        extravars={"algo": "grpo", "overrides": ["trainer.total_epochs=-1"]}, host="node1"),
+    "a length of 1e20 in digits": Case("train plan", TRAIN, (
+        "data.max_prompt_length must be at most 2147483647, not 100000000000000000000",),
+        extravars={"algo": "grpo", "overrides": [
+            "data.max_prompt_length=100000000000000000000"]}, host="node1"),
+    "a top_p above 1": Case("train plan", TRAIN, (
+        "actor_rollout_ref.rollout.top_p must be above 0 and at most 1, not 1.5",),
+        extravars={"algo": "grpo", "overrides": ["actor_rollout_ref.rollout.top_p=1.5"]},
+        host="node1"),
+    "a negative learning rate": Case("train plan", TRAIN, (
+        "actor_rollout_ref.actor.optim.lr must be 0 or more, not -1e-06",),
+        extravars={"algo": "grpo", "overrides": ["actor_rollout_ref.actor.optim.lr=-1e-6"]},
+        host="node1"),
     # --- day 2 ---
     "an unknown Ray action": Case("ray arguments", RAY, (
         "value of ray_cluster_action must be one of: start, stop, restart, status, got: reload",

@@ -243,13 +243,18 @@ def _wait(cond, seconds: float) -> bool:
     return cond()
 
 
-def test_a_hydra_typo_is_refused_naming_the_key_before_submit(up):
+@pytest.mark.parametrize(("override", "needle"), [
+    ("trainer.nnode=2", "trainer.nnode is not a key of ppo_megatron_trainer"),
+    # A key the plan does not set but verl's config has: only Hydra knows it.
+    ("+trainer.log_val_generations=0",
+     "trainer.log_val_generations is already a key of ppo_megatron_trainer"),
+], ids=["typo", "plus on a key the config has"])
+def test_a_key_hydra_refuses_is_named_before_submit(up, override, needle):
     before = len(_jobs(up))
-    result = play(TRAIN, up.inventory_dir,
-                  extravars={"algo": "grpo", "overrides": ["trainer.nnode=2"]})
+    result = play(TRAIN, up.inventory_dir, extravars={"algo": "grpo", "overrides": [override]})
     assert not result.ok
-    assert "trainer.nnode" in failure_text(result) and "Nothing was submitted" in failure_text(
-        result)
+    assert needle in failure_text(result), failure_text(result)
+    assert "Nothing was submitted" in failure_text(result)
     assert len(_jobs(up)) == before
 
 

@@ -45,3 +45,13 @@ def test_the_script_form_used_in_the_container(config_dir):
                           capture_output=True, check=True)
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["key"] == "actor_rollout_ref.rollout.temprature"
+
+
+def test_a_plus_on_a_key_the_config_has_is_named_and_a_new_one_composes(config_dir):
+    got = hydra_check.compose(str(config_dir), "ppo_megatron_trainer",
+                              ["+trainer.project_name=a3rl"])
+    assert not got["ok"] and got["key"] == "trainer.project_name" and got["exists"], got
+    assert hydra_check.compose(str(config_dir), "ppo_megatron_trainer",
+                               ["+trainer.a3rl_note=1"]) == {"ok": True}
+    typo = hydra_check.compose(str(config_dir), "ppo_megatron_trainer", ["trainer.nnode=2"])
+    assert not typo["exists"], typo

@@ -750,3 +750,63 @@ def test_a_secret_override_reaches_the_job_only_through_its_environment(monkeypa
     assert cfg.trainer.wandb_api_key == "s3cr3t-w4ndb"
     # A plain override is kept as it is.
     assert "trainer.total_training_steps=3" in p.overrides
+
+
+def test_a_key_given_twice_in_the_overrides_is_refused():
+    problems = refused(key="grpo-qwen3_32b-real", nodes=2,
+                       extra=["trainer.total_epochs=2", "trainer.total_epochs=3"])
+    assert any("'trainer.total_epochs=2' and 'trainer.total_epochs=3': "
+               "trainer.total_epochs is given twice" in p for p in problems), problems
+    # A run parameter's key too (it is read into the plan's values, not passed on).
+    problems = refused(key="grpo-qwen3_32b-real", nodes=2,
+                       extra=["data.train_batch_size=8", "+data.train_batch_size=16"])
+    assert any("data.train_batch_size is given twice" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("extra", ["+trainer.total_epochs=2", "+data.train_batch_size=8",
+                                   "+trainer.nnodes=2"])
+def test_a_plus_on_a_key_the_plan_sets_is_refused(extra):
+    problems = refused(key="grpo-qwen3_32b-real", nodes=2, extra=[extra])
+    key = extra[1:].split("=")[0]
+    assert any(f"{key} is already in the run's overrides" in p or f"{key} is computed" in p
+               for p in problems), problems
+
+
+def test_a_users_new_plus_key_goes_to_the_hydra_check_and_the_plans_own_do_not():
+    p = plan("grpo-qwen3_32b-real", nodes=2, extra=["+trainer.a3rl_note=1"])
+    assert "+trainer.a3rl_note=1" in p.hydra_overrides()
+    own = [o for o in p.overrides if o.startswith("+") and "a3rl_note" not in o]
+    assert own and not set(own) & set(p.hydra_overrides())
+    # Not part of what the job runs: the same overrides give the same id.
+    assert p.added_keys == ("trainer.a3rl_note",)
+
+
+@pytest.mark.parametrize("extra,why", [
+    ("trainer.total_epochs=-1", "trainer.total_epochs must be at least 1, not -1"),
+    ("trainer.total_epochs=0", "trainer.total_epochs must be at least 1, not 0"),
+    ("data.max_prompt_length=100000000000000000000",
+     "data.max_prompt_length must be at most 2147483647, not 100000000000000000000"),
+    ("trainer.total_epochs=2147483648",
+     "trainer.total_epochs must be at most 2147483647, not 2147483648"),
+    ("trainer.save_freq=-2", "trainer.save_freq must be at least -1 (-1: never), not -2"),
+    ("data.dataloader_num_workers=-1", "data.dataloader_num_workers must be 0 or more"),
+    ("actor_rollout_ref.rollout.top_p=1.5",
+     "actor_rollout_ref.rollout.top_p must be above 0 and at most 1, not 1.5"),
+    ("actor_rollout_ref.rollout.top_p=0", "must be above 0 and at most 1, not 0"),
+    ("actor_rollout_ref.rollout.temperature=-0.1", "temperature must be 0 or more"),
+    ("actor_rollout_ref.actor.optim.lr=-1e-6",
+     "actor_rollout_ref.actor.optim.lr must be 0 or more, not -1e-06"),
+])
+def test_numbers_out_of_range_are_refused(extra, why):
+    problems = refused(key="grpo-qwen3_32b-real", nodes=2, extra=[extra])
+    assert any(why in p for p in problems), problems
+
+
+@pytest.mark.parametrize("extra", ["trainer.save_freq=-1", "trainer.test_freq=-1",
+                                   "actor_rollout_ref.rollout.top_k=-1",
+                                   "trainer.total_epochs=2147483647",
+                                   "actor_rollout_ref.rollout.top_p=1",
+                                   "actor_rollout_ref.rollout.temperature=0",
+                                   "data.dataloader_num_workers=0"])
+def test_numbers_on_the_edges_of_their_range_are_accepted(extra):
+    plan("grpo-qwen3_32b-real", nodes=2, extra=[extra])

@@ -3,8 +3,8 @@
 A misspelled key otherwise fails the job minutes later, after Ray has placed it; here it
 fails the play naming the key. Runs where verl's configs and Hydra are (in the training
 container on the head, ``python3 - --json '{...}'`` on stdin) and prints one JSON line.
-Hydra does not check ``+``-prefixed keys or value types at this stage: a3rl.plan checks
-the ones it generates.
+Hydra checks neither value types nor a ``+`` key that is new (it adds it): a3rl.plan
+checks the keys it generates; a user's ``+`` on a key the config has is refused here.
 """
 
 from __future__ import annotations
@@ -30,9 +30,12 @@ def compose(config_dir: str, config_name: str, overrides: list[str]) -> dict[str
         cause = e.__cause__
         if cause is not None:
             text += f" ({type(cause).__name__}: {cause})"
-        match = re.search(r"Could not override '([^']+)'", text) or re.search(
-            r"Key '([^']+)' (?:is not in struct|not in)", text)
-        return {"ok": False, "key": match.group(1) if match else "", "error": text[:2000]}
+        match = (re.search(r"Could not override '([^']+)'", text)
+                 or re.search(r"Key '([^']+)' (?:is not in struct|not in)", text)
+                 or re.search(r"An item is already at '([^']+)'", text))
+        return {"ok": False, "key": match.group(1) if match else "",
+                "exists": bool(match) and match.re.pattern.startswith("An item"),
+                "error": text[:2000]}
     return {"ok": True}
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import math
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
@@ -27,11 +28,9 @@ from typing import Any
 import yaml
 
 from a3rl import checkpointing as ckpt
-from a3rl import masking
+from a3rl import masking, rolevars
 from a3rl.recipe_env import RecipeEnvError, model_env
 
-# NPU devices of one Atlas A3 node: the unit of the models' min_nodes (recipe.md).
-A3_NPUS_PER_NODE = 16
 WEIGHTS = ("real", "random")
 CHECKPOINTS = ("none", "mcore", "hf")
 # verl's config folder in the recipe working directory; DAPO's configs are copied there.
@@ -282,9 +281,55 @@ def split_override(override: str) -> tuple[str, str, str]:
     return prefix, key[len(prefix):], value
 
 
+# The ranges of the numbers among TYPES. A whole number is at least 1 and at most INT_MAX
+# (a count, size or length of a run; none comes near 2**31: a sequence that long fits on
+# no node, and a larger value is a typo that would reach the job), 0 or more where 0 has a
+# meaning (none, off), or as listed in RANGES: -1 is verl's "never" for the save and test
+# frequencies (its trainer config's defaults) and vLLM's "off" for top_k.
+INT_MAX = 2**31 - 1
+_ZERO_OR_MORE = (
+    "data.dataloader_num_workers", "data.sampler.bucket_size",
+    "actor_rollout_ref.actor.optim.clip_grad", "algorithm.filter_groups.max_num_gen_batches",
+    "trainer.critic_warmup", "trainer.max_actor_ckpt_to_keep",
+    "trainer.max_critic_ckpt_to_keep", _TC + "cp_window_size", _TC + "recompute_num_layers",
+    _SPEC + "num_speculative_tokens", _OVERLONG + "len",
+    "reward_model.reward_kwargs.max_resp_len",
+)
+RANGES: dict[str, tuple[float, float, str]] = {
+    **{k: (1, INT_MAX, "") for k, kind in TYPES.items()
+       if kind == "int" and k not in _ZERO_OR_MORE},
+    **{k: (-1, INT_MAX, " (-1: never)") for k in ("trainer.save_freq", "trainer.test_freq")},
+    "actor_rollout_ref.rollout.top_k": (-1, INT_MAX, " (-1: off)"),
+    # vLLM's sampling parameters refuse these (SamplingParams._verify_args).
+    "actor_rollout_ref.rollout.top_p": (0, 1, "open below"),
+    "actor_rollout_ref.rollout.temperature": (0, math.inf, ""),
+    "actor_rollout_ref.actor.optim.lr": (0, math.inf, ""),
+}
+
+
+def range_problem(key: str, value: Any) -> str:
+    """Why a number of a key a3rl knows is out of its range (:data:`RANGES`), or ''."""
+    rng = RANGES.get(key) or ((0, INT_MAX, "") if TYPES.get(key) == "int" else None)
+    if rng is None or isinstance(value, bool) or not isinstance(value, int | float):
+        return ""
+    lo, hi, note = rng
+    shown = render_value(value)
+    if note == "open below":
+        if not lo < value <= hi:
+            return f"{key} must be above {lo} and at most {hi}, not {shown}"
+        return ""
+    if value < lo:
+        least = "0 or more" if lo == 0 else f"at least {lo}{note}"
+        return f"{key} must be {least}, not {shown}"
+    if value > hi:
+        return f"{key} must be at most {hi}, not {shown}"
+    return ""
+
+
 def check_types(overrides: Iterable[str]) -> list[str]:
-    """Problems with the types of the values in ``overrides`` whose keys a3rl generates
-    (:data:`TYPES`); other keys are left to Hydra. One message per bad value."""
+    """Problems with the types and ranges of the values in ``overrides`` whose keys a3rl
+    generates (:data:`TYPES`, :data:`RANGES`); other keys are left to Hydra. One message
+    per bad value."""
     problems = []
     for override in overrides:
         try:
@@ -297,6 +342,10 @@ def check_types(overrides: Iterable[str]) -> list[str]:
         if kind and not _is_kind(value, kind):
             problems.append(f"{override}: {key} must be {_KIND_TEXT[kind]}, "
                             f"not {render_value(value)}")
+            continue
+        why = range_problem(key, value)
+        if why:
+            problems.append(f"{override}: {why}")
     return problems
 
 
@@ -358,6 +407,9 @@ class Plan:
     # The environment variables that carry the secret overrides' values (names only: the
     # values never enter the plan; a3rl.masking.job_secrets reads them at submission).
     secret_env: tuple[str, ...] = field(default=())
+    # The keys the user's overrides add with "+": composed by the Hydra check, which
+    # refuses one that verl's config already has (the plan's own "+" keys are not).
+    added_keys: tuple[str, ...] = field(default=())
 
     @property
     def run_name(self) -> str:
@@ -393,11 +445,12 @@ class Plan:
 
     def hydra_overrides(self, plus: bool = False, patched: bool = True) -> list[str]:
         """The overrides to compose against verl's config: by default those Hydra checks
-        (no ``+`` keys); ``patched=False`` leaves out the keys only the patched tree has."""
+        (no ``+`` keys but the user's); ``patched=False`` leaves out the keys only the
+        patched tree has."""
         out = []
         for override in self.overrides:
             prefix, key, _ = split_override(override)
-            if prefix and not plus:
+            if prefix and not plus and key not in self.added_keys:
                 continue
             if key in self.patched_keys and not patched:
                 continue
@@ -455,7 +508,8 @@ def make_plan(algo: str, model: str, weights: str, features: Iterable[str] | str
     silently planning without its overrides), plus ``paths`` (:func:`node_paths`).
     ``features``: names added to the run's defaults, ``no-<name>`` to drop one; a
     comma-separated string is split.
-    ``nodes``/``npus_per_node`` default to the recipe's (the run's nodes, 16).
+    ``nodes``/``npus_per_node`` default to the recipe's (the run's nodes) and the
+    cluster's (``npus_per_node`` of group_vars/all/cluster.yml).
     ``extra_overrides``: the user's Hydra overrides, appended and checked like the rest.
     ``checkpoint_record``: the dist-checkpoint's a3rl-conversion.json, when there is one.
     ``checkpointing``: the checkpoint policy's settings (:func:`a3rl.ckpt.policy`'s
@@ -491,7 +545,7 @@ def make_plan(algo: str, model: str, weights: str, features: Iterable[str] | str
     run, mprof, aprof = runs[key], models[model], algos[algo]
     enabled = _enabled(run.get("features") or [], wanted, catalogue)
 
-    npus_per_node = A3_NPUS_PER_NODE if npus_per_node is None else npus_per_node
+    npus_per_node = rolevars.npus_per_node() if npus_per_node is None else npus_per_node
     nodes = run.get("nodes") if nodes is None else nodes
     nodes_i = _size("nodes", nodes, problems)
     npn_i = _size("npus_per_node", npus_per_node, problems)
@@ -546,6 +600,14 @@ def make_plan(algo: str, model: str, weights: str, features: Iterable[str] | str
         policy = _policy(checkpointing, run, mprof, weights, nodes_i or 0, problems)
         _apply(ov, policy.overrides(), "the checkpoint policy", problems, computed_ok=True)
     for prefix, okey, value in extras:
+        if prefix == "+" and okey in ov and not ov[okey][0]:
+            # Hydra refuses "+" on a key that exists, but only when the job composes its
+            # config: after submission.
+            problems.append(f"extra override '+{okey}={render_value(value)}': {okey} is "
+                            "already in the run's overrides (the plan sets it), and Hydra "
+                            "refuses '+' on a key that exists. Fix: drop the '+' "
+                            f"({okey}=...)")
+            continue
         ov.pop(okey, None)
         ov[okey] = (prefix, value)
     final = {k: v for k, (_, v) in ov.items()}
@@ -583,7 +645,8 @@ def make_plan(algo: str, model: str, weights: str, features: Iterable[str] | str
                 workdir=str(paths.get("workdir", "")).rstrip("/"),
                 patched_keys=tuple(profiles.get("a3rl_patched_keys") or ()),
                 checkpoint_policy=policy.as_dict() if policy else None,
-                secret_env=tuple(sorted(secret.values())))
+                secret_env=tuple(sorted(secret.values())),
+                added_keys=tuple(okey for prefix, okey, _ in extras if prefix == "+"))
     if policy is None or not policy.enabled:
         return made
     # The run's own folder, named by its id (which does not depend on the folder).
@@ -610,6 +673,10 @@ def _policy(settings: Mapping[str, Any], run: Mapping[str, Any], mprof: Mapping[
         problems=problems)
 
 
+# The run parameters' keys the plan itself passes with "+" (keys verl's config lacks).
+_PLUS_PARAMS = frozenset({PARAM_KEYS["pipeline_layers"]})
+
+
 def _user_overrides(extra_overrides: Iterable[str] | None, params: dict[str, Any],
                     problems: list[str],
                     policy_keys: bool = False) -> list[tuple[str, str, Any]]:
@@ -620,6 +687,7 @@ def _user_overrides(extra_overrides: Iterable[str] | None, params: dict[str, Any
         problems.append(f"overrides {extra_overrides!r} is not a list of 'key=value' strings "
                         "(-e '{\"overrides\": [\"data.train_batch_size=64\"]}')")
         return extras
+    given: dict[str, str] = {}
     for override in extra_overrides or []:
         if not isinstance(override, str):
             problems.append(f"extra override {override!r} ({_kind_of(override)}) is not a "
@@ -631,6 +699,12 @@ def _user_overrides(extra_overrides: Iterable[str] | None, params: dict[str, Any
         except ValueError as e:
             problems.append(f"extra override {override!r}: {e}")
             continue
+        if okey in given:
+            # Hydra takes the last silently; one of the two is a mistake.
+            problems.append(f"extra overrides {given[okey]!r} and {override!r}: {okey} is "
+                            "given twice. Fix: keep one")
+            continue
+        given[okey] = override
         if "~" in prefix:
             problems.append(f"extra override {override!r}: deleting keys is not supported")
         elif policy_keys and okey in ckpt.POLICY_KEYS:
@@ -640,6 +714,10 @@ def _user_overrides(extra_overrides: Iterable[str] | None, params: dict[str, Any
         elif okey in DERIVED_KEYS:
             problems.append(f"extra override {override!r}: {okey} is computed from "
                             f"{DERIVED_KEYS[okey]}; set that instead")
+        elif okey in _KEY_PARAMS and prefix == "+" and okey not in _PLUS_PARAMS:
+            problems.append(f"extra override {override!r}: {okey} is already in the run's "
+                            "overrides (the plan sets it), and Hydra refuses '+' on a key "
+                            f"that exists. Fix: drop the '+' ({okey}=...)")
         elif okey in _KEY_PARAMS:
             params[_KEY_PARAMS[okey]] = _stages_to_layers(value) \
                 if _KEY_PARAMS[okey] == "pipeline_layers" else value
@@ -823,11 +901,13 @@ def _layout(model: str, mprof: Mapping[str, Any], p: Mapping[str, Any], nodes: i
             npus: int, world: int, layers: Any, moe: bool,
             problems: list[str]) -> dict[str, Any]:
     name = mprof.get("name", model)
-    need = int(mprof.get("min_nodes", 1)) * A3_NPUS_PER_NODE
+    # An Atlas A3 node's NPUs (group_vars/all/cluster.yml): the unit of min_nodes.
+    unit = rolevars.npus_per_node()
+    need = int(mprof.get("min_nodes", 1)) * unit
     if world < need:
         problems.append(
             f"{name} needs at least {need} NPUs ({mprof.get('min_nodes')} nodes x "
-            f"{A3_NPUS_PER_NODE}); this plan has {world} ({nodes} x {npus})")
+            f"{unit}); this plan has {world} ({nodes} x {npus})")
     tp, pp, cp, itp = p["train_tp"], p["train_pp"], p["train_cp"], p["infer_tp"]
     if world % itp:
         problems.append(f"rollout tensor parallel size {itp} does not divide the {world} NPUs")
