@@ -11,7 +11,7 @@ TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n + 1 > 6 ?
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: all venv host-deps demo test lint unit integration bench sim-down clean
+.PHONY: all venv host-deps demo test lint unit integration role bench sim-down clean
 
 all: venv
 
@@ -41,6 +41,17 @@ unit: venv
 
 integration: venv host-deps
 	A3RL_TEST_PREBUILD=1 $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 tests/integration
+
+# One role on one simulated node, before the full suite: its prerequisites, then converge,
+# every task again with changed=0, --check, verify (tests/roles; docs/testing.md, "The role
+# loop"). Not part of `make test`. The node is kept for the next run (KEEP=0 removes it at the end,
+# FRESH=1 starts from a new node); ROLE=all runs every role the loop knows.
+ROLE ?=
+ROLE_CLUSTER ?= role
+role: venv host-deps
+	@[ -n "$(ROLE)" ] || { echo "usage: make role ROLE=<role>[,<role>...]|all [KEEP=0] [FRESH=1]"; exit 2; }
+	A3RL_ROLE=$(ROLE) A3RL_ROLE_CLUSTER=$(ROLE_CLUSTER) A3RL_ROLE_KEEP=$(if $(filter 0,$(KEEP)),0,1) \
+	  A3RL_ROLE_FRESH=$(if $(filter 1,$(FRESH)),1,0) $(BIN)/pytest -q -x tests/roles
 
 # On a fresh machine (CI) the first minutes are a chain: the venv, lint, then the node
 # image and the CANN image stand-in that every worker's first cluster waits for. So the
