@@ -465,10 +465,15 @@ CASES: dict[str, Case] = {
         "a list of strings", "Fix:"), _artifact("qwen3_32b_config", allow_patterns="config.json")),
     "a requirements entry without a path": Case("preflight (controller)", SITE, (
         "controller: artifact recipe_wheels: requirements", "lacks path", "Fix:"),
-        _artifact("recipe_wheels", requirements={"artifact": "recipe"})),
+        # The override merges recursively into the manifest's {artifact, path}: an empty
+        # path is how an inventory loses it.
+        _artifact("recipe_wheels", requirements={"artifact": "recipe", "path": ""})),
     "a hub revision that is a branch": Case("preflight (controller)", SITE, (
         "controller: artifact qwen3_32b_config (modelscope", "`revision` is 'master', not a "
-        "commit id", "Fix:"), _artifact("qwen3_32b_config", revision="master")),
+        "commit id", "Fix:"),
+        # The simulator's inventory makes this entry a file; a site's is a hub entry.
+        _artifact("qwen3_32b_config", kind="modelscope", id="Qwen/Qwen3-32B",
+                  revision="master")),
     "a git artifact without a ref": Case("preflight (controller)", SITE, (
         "controller: artifact vllm (git): `ref` is not set", "Fix:"),
         _artifact("vllm", ref="")),
