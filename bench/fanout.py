@@ -48,7 +48,7 @@ from pathlib import Path
 
 import yaml
 
-from a3rl.runner import run_play
+from a3rl.controller.runner import run_play
 from a3rl.sim import cluster, podman
 
 PLAY = "bench/fanout.yml"

@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from a3rl import strategy
+from a3rl.controller import strategy
 from a3rl.paths import project_root
 from a3rl.sim import cluster
 

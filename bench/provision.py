@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from a3rl.runner import run_play  # noqa: E402
+from a3rl.controller.runner import run_play  # noqa: E402
 from a3rl.sim import cluster  # noqa: E402
 from timing import span, task_walls  # noqa: E402
 

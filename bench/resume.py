@@ -12,7 +12,7 @@ started again once the job has failed:
   soon as ray.yml finds the cluster whole (a person who reacts at once: the most
   favourable case for it).
 
-Each prints its goodput (a3rl.goodput: the steps the final model went through, each
+Each prints its goodput (a3rl.controller.goodput: the steps the final model went through, each
 once, over the wall time from the first submission's start to the last one's end), its
 wall time and restarts; then the ratio of the two goodputs.
 
@@ -26,10 +26,11 @@ import json
 import sys
 import time
 
-from a3rl import checkpointing, goodput, strategy
+from a3rl.controller import goodput, strategy
+from a3rl.controller.runner import run_play
 from a3rl.node import metrics
 from a3rl.paths import project_root
-from a3rl.runner import run_play
+from a3rl.planning import checkpointing
 from a3rl.sim import cluster, podman
 
 NAME = "bench-resume"

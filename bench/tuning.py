@@ -13,7 +13,7 @@ so each row isolates one choice:
   cannot run under is reported with its first failure, and not repeated)
 * ``gathering-smart``: facts gathered once per host and then read from the fact cache
 * ``mitogen``: Mitogen for Ansible's ``mitogen_linear`` strategy (the opt-in
-  ``A3RL_STRATEGY=mitogen``, :mod:`a3rl.strategy`): one interpreter per node for the run
+  ``A3RL_STRATEGY=mitogen``, :mod:`a3rl.controller.strategy`): one interpreter per node for the run
 * ``no-gc-freeze``: without the ``a3rl_gc_freeze`` callback (the main process's heap is
   not frozen at the play's start, so every forked worker copies the pages its garbage
   collector touches)
@@ -39,9 +39,9 @@ import resource
 import statistics
 from pathlib import Path
 
-from a3rl import strategy
+from a3rl.controller import strategy
+from a3rl.controller.runner import run_play
 from a3rl.paths import cache_dir, project_root
-from a3rl.runner import run_play
 from a3rl.sim import cluster
 
 NAME = "bench-tune"

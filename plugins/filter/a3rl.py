@@ -6,21 +6,20 @@ import functools
 
 from ansible.errors import AnsibleFilterError
 
-from a3rl import (
+from a3rl import files, masking
+from a3rl.controller import status
+from a3rl.node import conversion, metrics, npu
+from a3rl.planning import (
     checkpointing,
     drift,
-    files,
     images,
     job_profile,
     manifest,
-    masking,
     plan,
     preflight,
     ray,
     recipe_env,
-    status,
 )
-from a3rl.node import conversion, metrics, npu
 
 
 def _clear_errors(fn):
@@ -38,7 +37,7 @@ def _clear_errors(fn):
 
 def plan_job(hostvars_like, algo, model, weights, features, nodes, npus_per_node,
              extra_overrides=None, checkpoint_record=None, checkpointing=None):
-    """a3rl.plan.plan_job with the profiles and node paths taken from the play's
+    """a3rl.planning.plan.plan_job with the profiles and node paths taken from the play's
     variables; every problem of the plan in one error."""
     v = hostvars_like
     profiles = {k: v.get(k) for k in plan.PROFILE_VARS}
@@ -54,15 +53,15 @@ def plan_job(hostvars_like, algo, model, weights, features, nodes, npus_per_node
 
 
 def dataset_digests(specs, names, record):
-    """a3rl.dataset_store.digests (imported here: it needs pyarrow, which only the data
+    """a3rl.planning.dataset_store.digests (imported here: it needs pyarrow, which only the data
     role's probe uses)."""
-    from a3rl import dataset_store
+    from a3rl.planning import dataset_store
 
     return dataset_store.digests(specs, names, record)
 
 
 def recipe_drift(hostvars_like, record, store):
-    """a3rl.drift.store_report: where the stored recipe differs from the project."""
+    """a3rl.planning.drift.store_report: where the stored recipe differs from the project."""
     from a3rl.paths import project_root
 
     return drift.store_report(hostvars_like, record, store, project_root())

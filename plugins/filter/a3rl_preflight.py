@@ -1,4 +1,5 @@
-"""Preflight's controller-side filters (the rules and their tests are in ``a3rl.preflight``).
+"""Preflight's controller-side filters (the rules and their tests are in
+``a3rl.planning.preflight``).
 
 Kept apart from ``a3rl.py``: these read files and reach URLs on the controller, where
 the other filters only compute.
@@ -6,11 +7,12 @@ the other filters only compute.
 
 from __future__ import annotations
 
-from a3rl import paths, preflight
+from a3rl import paths
+from a3rl.planning import preflight
 
 
 def input_problems(manifest, store, offline=False, fetch_on_controller=True, unused=()):
-    """``a3rl.preflight.artifact_input_problems``, hashing once per file version (the
+    """``a3rl.planning.preflight.artifact_input_problems``, hashing once per file version (the
     cache lives in the project's ``.cache``)."""
     try:
         cache = str(paths.cache_dir())

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from a3rl import strategy
-from a3rl.runner import PlayResult, run_play
+from a3rl.controller import strategy
+from a3rl.controller.runner import PlayResult, run_play
 from a3rl.sim import cluster, podman
 
 # A second test session on this machine needs a cluster name of its own (podman's

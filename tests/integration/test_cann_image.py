@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from a3rl.images import archive_image_id
 from a3rl.paths import project_root
+from a3rl.planning.images import archive_image_id
 from a3rl.sim import podman, upstreams
 
 from .conftest import events, failure_text, play, provision

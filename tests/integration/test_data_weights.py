@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from a3rl import datasets
+from a3rl.planning import datasets
 from a3rl.sim import hub
 
 from .conftest import failure_text, play, provision

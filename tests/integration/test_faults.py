@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from a3rl.controller.runner import PlayResult
 from a3rl.paths import project_root
-from a3rl.runner import PlayResult
 from a3rl.sim import cluster, podman
 
 from .conftest import events, failure_text, play, provision

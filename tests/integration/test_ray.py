@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from a3rl import ray
+from a3rl.planning import ray
 from a3rl.sim import cann, cluster, podman
 from a3rl.sim.image import ImageSpec, ensure_image
 
@@ -259,7 +259,7 @@ with ThreadPoolExecutor(64) as ex:
     print(json.dumps(dict(ex.map(one, map(int, sys.argv[2:])))))
 """
 
-# The policy under test (roles/ray_cluster defaults, a3rl.ray): Ray's ports, the ports the
+# The policy under test (roles/ray_cluster defaults, a3rl.planning.ray): Ray's ports, the ports the
 # other nodes reach besides Ray's, and what each other node may open.
 RAY_PORTS = {8260, 10001, 29444, *range(29450, 29456), 44217, 44227,
              *range(10002, 20000), *range(23000, 24000)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from a3rl.cli import main
+from a3rl.controller.cli import main
 from a3rl.sim import cluster, podman
 from a3rl.sim.image import ImageSpec
 

@@ -275,7 +275,7 @@ def test_invalid_plans_are_refused_before_anything_is_submitted(up, extravars, n
 
 
 def test_the_plan_cli_prints_the_job_without_a_cluster(capsys):
-    from a3rl.cli import main
+    from a3rl.controller.cli import main
 
     assert main(["plan", "--algo", "grpo", "--model", "qwen3_235b", "--nodes", "8"]) == 0
     job = json.loads(capsys.readouterr().out)

@@ -19,8 +19,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from a3rl import strategy
-from a3rl.runner import PlayResult, run_play
+from a3rl.controller import strategy
+from a3rl.controller.runner import PlayResult, run_play
 from a3rl.sim import cluster, podman
 
 from .roles import ROLES, selected

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from a3rl.runner import PlayResult
+from a3rl.controller.runner import PlayResult
 from a3rl.sim import cluster, podman
 
 from .conftest import ROLE_STRATEGY, failure_text, play

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from a3rl import manifest
 from a3rl.node import artifacts, patch_series, purge, stage
 from a3rl.paths import project_root
+from a3rl.planning import manifest
 from a3rl.sim import upstreams
 
 from .conftest import run_module
@@ -1009,7 +1009,7 @@ def test_artifact_files_names_the_missing_tools(tmp_path):
     assert shutil.which(absent) is None
     result = run_module("a3rl_artifact_files",
                         {"root": str(tmp_path), "files": [], "tools": ["sh", absent]},
-                        module_path="roles/artifact_store/library")
+                        module_path="plugins/modules")
     assert result["missing_tools"] == [absent]
     assert (result["needed"], result["verified"]) == ([], [])
 

@@ -24,7 +24,7 @@ class ActionModule(ActionBase):
             "filter_modules": [n for n in names if n.startswith("ansible.plugins.filter.a3rl")],
             "action_modules": [n for n in names
                                if n.startswith("ansible.plugins.action.a3rl_state")],
-            "plan_module": "a3rl.plan" in sys.modules,
+            "plan_module": "a3rl.planning.plan" in sys.modules,
         }
 '''
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from a3rl import checkpointing, goodput, plan
+from a3rl.controller import goodput
 from a3rl.node import checkpoints
 from a3rl.paths import project_root
+from a3rl.planning import checkpointing, plan
 
 ROOT = project_root()
 SHARED = {"enabled": "", "root": "/shared/checkpoints", "shared": True,
@@ -217,7 +218,7 @@ def test_the_stand_ins_step_times_give_no_goodput():
 
 
 def test_the_runs_table_shows_a_resumed_attempts_restarts_and_finds_its_report(tmp_path):
-    from a3rl import runs
+    from a3rl.controller import runs
 
     assert checkpointing.run_id_of("a3rl-grpo-x-1234abcd-r3") == "a3rl-grpo-x-1234abcd"
     assert checkpointing.run_id_of("a3rl-grpo-x-1234abcd") == "a3rl-grpo-x-1234abcd"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from a3rl import cli, runs
-from a3rl.progress import LiveDisplay, PlainDisplay
-from a3rl.runner import PlayResult, equivalent_command
+from a3rl.controller import cli, runs
+from a3rl.controller.progress import LiveDisplay, PlainDisplay
+from a3rl.controller.runner import PlayResult, equivalent_command
 
 ANSI = re.compile(r"\x1b\[")
 SID = "a3rl-grpo-qwen3_32b-real-0da7b98c"
@@ -208,7 +208,7 @@ def test_each_command_runs_its_play_with_its_options(project, monkeypatch, recor
         calls.append((pb, inv, extravars, check, quiet, display))
         return done
 
-    monkeypatch.setattr("a3rl.runner.run_play", fake_run_play)
+    monkeypatch.setattr("a3rl.controller.runner.run_play", fake_run_play)
     assert cli.main(argv) == 0
     ((pb, inv, got, check, quiet, display),) = calls
     assert (pb, got, check) == (playbook, extra, "--check" in argv)

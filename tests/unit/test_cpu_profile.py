@@ -2,7 +2,7 @@
 real plan, what it replaces, and that it says so; and that the job train_job submits on
 the simulator is the one it submitted when the role called the simulator's function
 (issue 44): the profile is now data in the simulator's inventory, applied by the
-product's generic job profile (a3rl.job_profile, the filter a3rl_job_profile)."""
+product's generic job profile (a3rl.planning.job_profile, the filter a3rl_job_profile)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-from a3rl import checkpointing
 from a3rl.paths import project_root
-from a3rl.plan import (
+from a3rl.planning import checkpointing
+from a3rl.planning.plan import (
     PlanError,
     load_profiles,
     make_plan,
@@ -393,7 +393,7 @@ def test_the_simulators_switch_turns_the_profile_off_and_a_standin_cluster_has_n
 
 
 def test_a_malformed_profile_is_refused_with_what_is_wrong() -> None:
-    from a3rl import job_profile
+    from a3rl.planning import job_profile
 
     bad = {"name": "x", "set": [{"key": "a", "value": 1, "per_node": 2}], "dorp": []}
     with pytest.raises(ValueError, match="unknown key 'dorp'.*set\\[0\\] needs a key and "

@@ -1,4 +1,4 @@
-"""Prepared datasets in the artifact store (a3rl.dataset_store): converted from the raw
+"""Prepared datasets in the artifact store (a3rl.planning.dataset_store): converted from the raw
 artifact once, recorded like any artifact, redone only when an input changes."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from a3rl import dataset_store
 from a3rl.node import artifacts
+from a3rl.planning import dataset_store
 from a3rl.sim import datasets_fixture
 
 SPEC = {"source": "aime_raw", "format": "aime_2024", "dest": "data/dapo_math"}
@@ -102,7 +102,7 @@ def test_probe_inputs_follow_the_store_and_the_converter(store, monkeypatch):
     """What the data role's probe digests (manifest.store_state, dataset_store.digests):
     the same on a re-run, changed by a store file touched or removed on the controller and
     by a new converter, as ensure() would notice each."""
-    from a3rl import converter_version, manifest
+    from a3rl.planning import converter_version, manifest
 
     dataset_store.ensure(str(store), "aime_2024", SPEC)
     record = artifacts.read_manifest(str(store))
@@ -124,7 +124,7 @@ def test_probe_inputs_follow_the_store_and_the_converter(store, monkeypatch):
 
 
 def test_placed_paths_name_each_file_and_its_stamp(store):
-    from a3rl import manifest
+    from a3rl.planning import manifest
 
     dataset_store.ensure(str(store), "aime_2024", SPEC)
     record = artifacts.read_manifest(str(store))
@@ -136,13 +136,14 @@ def test_placed_paths_name_each_file_and_its_stamp(store):
 
 def test_the_probe_key_is_computed_without_importing_pyarrow(tmp_path):
     """digests() runs in Ansible's forked workers (the a3rl_dataset_digests filter): it
-    must not import pyarrow (a3rl.converter_version), yet gives the key ensure() records."""
+    must not import pyarrow (a3rl.planning.converter_version), yet gives the key ensure()
+    records."""
     import subprocess
     import sys
 
     code = (
         "import sys, json\n"
-        "from a3rl import dataset_store\n"
+        "from a3rl.planning import dataset_store\n"
         "spec = json.loads(sys.argv[1])\n"
         "record = {'artifacts': {'raw': {'files': [{'path': 'a', 'sha256': 'b'}]}}}\n"
         "print(dataset_store.digests({'x': spec}, ['x'], record)['x'])\n"

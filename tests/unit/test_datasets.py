@@ -1,4 +1,4 @@
-"""Raw datasets -> verl parquet (``a3rl.datasets``), on the simulator's stand-in snapshots.
+"""Raw datasets -> verl parquet (``a3rl.planning.datasets``), on the simulator's stand-in snapshots.
 
 What the training run relies on: the recipe's file names, rows verl can read (prompt,
 data_source, reward_model.ground_truth, extra_info.index), the recipe's deepscaler split,
@@ -20,12 +20,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 try:
-    from a3rl import datasets
+    from a3rl.planning import datasets
     from a3rl.rewards import deepscaler as reward
     from a3rl.sim import datasets_fixture as fixture
 except ImportError:  # not installed into this interpreter: use the source tree
     sys.path.insert(0, str(REPO / "tools"))
-    from a3rl import datasets
+    from a3rl.planning import datasets
     from a3rl.rewards import deepscaler as reward
     from a3rl.sim import datasets_fixture as fixture
 
@@ -234,7 +234,7 @@ def test_a_rerun_gives_the_same_bytes_and_leaves_the_file_alone(raw, prepared, t
         b"ARROW:schema"
     }
     assert datasets.output_fingerprint().startswith(datasets.CONVERTER_VERSION + "+pyarrow-")
-    # Read from pyarrow's metadata (a3rl.converter_version), it is what pyarrow reports.
+    # Read from pyarrow's metadata (a3rl.planning.converter_version), it is what pyarrow reports.
     assert datasets.output_fingerprint() == f"{datasets.CONVERTER_VERSION}+pyarrow-{pa.__version__}"
 
 

@@ -1,4 +1,4 @@
-"""The cache-clean rules (a3rl.node.cache_clean) and the status report (a3rl.status)."""
+"""The cache-clean rules (a3rl.node.cache_clean) and the status report (a3rl.controller.status)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from a3rl import status
+from a3rl.controller import status
 from a3rl.node import cache_clean
 
 WD = "/data/a3rl/llm_rl/qwen3"

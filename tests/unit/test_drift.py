@@ -1,4 +1,4 @@
-"""Recipe drift (a3rl.drift) on the simulator's stand-in recipe: no drift at its pin, a
+"""Recipe drift (a3rl.planning.drift) on the simulator's stand-in recipe: no drift at its pin, a
 changed script value and a new patch reported, the scripts' own arithmetic read, the
 deviations subtracted only while the recipe keeps their value."""
 
@@ -12,7 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from a3rl import cli, drift
+from a3rl.controller import cli
+from a3rl.planning import drift
 from a3rl.sim import inventory, upstreams
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -714,7 +714,7 @@ def test_the_chain_port_is_not_blocked_or_taken_by_ray_hccl_or_ephemeral_ports()
     outside the cluster: the relays' port must not be one of them (a re-run of the Ray
     role would then cut the chain), nor HCCL's reserved range, nor Linux's ephemeral
     range (an outgoing connection could hold it)."""
-    from a3rl import ray
+    from a3rl.planning import ray
 
     port = _yaml("roles/artifact_store/defaults/main.yml")["artifact_store_fanout_port"]
     rd = _yaml("roles/ray_cluster/defaults/main.yml")

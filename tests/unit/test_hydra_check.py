@@ -1,4 +1,4 @@
-"""The pre-submit Hydra composition (a3rl.hydra_check) against verl 0.6.0's own configs."""
+"""The pre-submit Hydra composition (a3rl.planning.hydra_check) against verl 0.6.0's own configs."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import hydra  # noqa: F401  (a pinned dependency: a broken install fails, not skips)
 import pytest
 
-from a3rl import hydra_check
+from a3rl.planning import hydra_check
 from a3rl.sim import upstreams
 
 

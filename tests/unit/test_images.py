@@ -8,7 +8,7 @@ import tarfile
 
 import pytest
 
-from a3rl.images import (
+from a3rl.planning.images import (
     archive_image_id,
     dockerfile_fixed,
     dockerfile_instructions,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from a3rl import manifest
-from a3rl import preflight as pf
 from a3rl.node import artifacts
+from a3rl.planning import manifest
+from a3rl.planning import preflight as pf
 
 # ----------------------------------------------------------- 25.1 artifact dest safety
 
@@ -364,7 +364,7 @@ def test_git_is_never_handed_a_url_where_it_reads_options(tmp_path):
 
 @pytest.mark.parametrize("overrides", [[5], [None], [{"a": 1}], "data.train_batch_size=4"])
 def test_overrides_that_are_not_strings_are_refused_by_the_plan(overrides):
-    from a3rl import plan as planmod
+    from a3rl.planning import plan as planmod
 
     root = Path(__file__).resolve().parents[2]
     with pytest.raises(planmod.PlanError) as e:
@@ -380,7 +380,7 @@ def test_overrides_that_are_not_strings_are_refused_by_the_plan(overrides):
 
 @pytest.mark.parametrize("npus", ["²", "١٦"])
 def test_a_plan_with_non_ascii_digits_is_refused_not_a_traceback(npus):
-    from a3rl import plan as planmod
+    from a3rl.planning import plan as planmod
 
     root = Path(__file__).resolve().parents[2]
     with pytest.raises(planmod.PlanError) as e:
@@ -391,7 +391,7 @@ def test_a_plan_with_non_ascii_digits_is_refused_not_a_traceback(npus):
 
 @pytest.mark.parametrize(("nodes", "npus"), [(0, 16), (2, 0), ("", 16), (-1, 16), (2, "١٦")])
 def test_a_model_env_for_no_nodes_is_refused(nodes, npus):
-    from a3rl import recipe_env
+    from a3rl.planning import recipe_env
 
     model = {"name": "Qwen3-32B", "infer_tp": 4, "max_num_seqs": 64}
     with pytest.raises(recipe_env.RecipeEnvError, match="positive whole number of .*Fix:"):

@@ -105,15 +105,15 @@ def test_the_import_check_sees_late_and_relative_imports(tmp_path):
 # Production code (the plugins, the roles' modules, the a3rl package but its sim/
 # subpackage) imports nothing from the simulator: the simulator supplies what it changes
 # through the inventory it writes (its CPU profile is data the product's generic job
-# profile applies, a3rl.job_profile), and `a3rl sim`/`a3rl demo` run the simulator as a
-# program of its own (`python -m a3rl.sim`), a process boundary as for bench/run.py, not
-# an import. bench/ and tests/ may import a3rl.sim: they measure and test the simulator.
+# profile applies, a3rl.planning.job_profile), and `a3rl sim`/`a3rl demo` run the
+# simulator as a program of its own (`python -m a3rl.sim`), a process boundary as for
+# bench/run.py, not an import. bench/ and tests/ may import a3rl.sim: they measure and
+# test the simulator.
 
 ROOT = project_root()
 SIM_DIR = ROOT / "tools" / "a3rl" / "sim"
 PRODUCT_PY = sorted(
     {p for p in (ROOT / "plugins").rglob("*.py")}
-    | {p for p in ROOT.glob("roles/*/library/*.py")}
     | {p for p in (ROOT / "tools" / "a3rl").rglob("*.py") if SIM_DIR not in p.parents}
 )
 # Calls that import a module named by a string (importlib.import_module, __import__,
@@ -131,16 +131,22 @@ def _package_of(path: Path) -> list[str]:
 
 
 def sim_imports(path: Path) -> list[str]:
-    """Every import of a3rl.sim in the file, at any depth: ``import``/``from`` statements
-    (relative ones resolved against the file's package), ``from a3rl import sim``, and
-    modules imported by a constant string (``importlib.import_module("a3rl.sim.x")``,
-    ``__import__``, ``find_spec``, ``run_module``, with a constant package argument)."""
+    """Every import of a3rl.sim in the file (:func:`package_imports`)."""
+    return package_imports(path, "a3rl.sim")
+
+
+def package_imports(path: Path, wanted: str) -> list[str]:
+    """Every import of ``wanted`` (a dotted package) in the file, at any depth:
+    ``import``/``from`` statements (relative ones resolved against the file's package),
+    ``from a3rl import sim`` for ``a3rl.sim``, and modules imported by a constant string
+    (``importlib.import_module("a3rl.sim.x")``, ``__import__``, ``find_spec``,
+    ``run_module``, with a constant package argument)."""
     tree = ast.parse(path.read_text(), str(path))
     package = _package_of(path)
     found: list[str] = []
 
     def is_sim(name: str) -> bool:
-        return name == "a3rl.sim" or name.startswith("a3rl.sim.")
+        return name == wanted or name.startswith(wanted + ".")
 
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -174,7 +180,7 @@ def sim_imports(path: Path) -> list[str]:
 
 
 def test_the_product_imports_nothing_from_the_simulator():
-    """Issue 44: no file of plugins/, roles/*/library or tools/a3rl outside sim/ imports
+    """Issue 44: no file of plugins/ or tools/a3rl outside sim/ imports
     a3rl.sim, in any form sim_imports sees. bench/ and tests/ are not scanned: they may
     import the simulator, which they measure and test. `python -m a3rl.sim` in the
     controller (a3rl sim, a3rl demo) runs the simulator as a separate program, not an
@@ -182,7 +188,8 @@ def test_the_product_imports_nothing_from_the_simulator():
     assert len(PRODUCT_PY) > 50 and not [p for p in PRODUCT_PY if SIM_DIR in p.parents]
     bad = {str(p.relative_to(ROOT)): hits for p in PRODUCT_PY if (hits := sim_imports(p))}
     assert not bad, (f"production code imports the simulator: {bad}. The simulator hands the "
-                     "product data through the inventory it writes (a3rl.job_profile) or runs "
+                     "product data through the inventory it writes "
+                     "(a3rl.planning.job_profile) or runs "
                      "as its own program (python -m a3rl.sim); the product never imports it")
 
 
@@ -231,3 +238,50 @@ def test_no_role_or_play_calls_a_filter_of_the_simulator():
     assert not sim, f"roles call the simulator's filters: {sim}"
     unknown = {n: sorted(w) for n, w in used.items() if n not in provided}
     assert not unknown, f"roles call a3rl filters no product plugin provides: {unknown}"
+
+
+# The a3rl package's layers are its folders: controller/ (the a3rl command, run records,
+# reports), planning/ (plans, preflight, the manifest: pure logic the filter plugins and
+# the controller call), node/ (what modules carry to the nodes), sim/ (the simulator),
+# rewards/ (the reward functions staged into the job's working directory), and at the top
+# only the helpers every layer shares.
+TOOLS_A3RL = ROOT / "tools" / "a3rl"
+LAYERS = {"controller", "planning", "node", "sim", "rewards"}
+SHARED = {"__init__.py", "paths.py", "files.py", "masking.py"}
+
+
+def test_the_package_is_its_layers_as_folders():
+    top = {p.name for p in TOOLS_A3RL.glob("*.py")}
+    assert top == SHARED, (f"tools/a3rl/ holds {sorted(top - SHARED)} beside the shared "
+                           "helpers: move each into the folder of its layer")
+    folders = {p.name for p in TOOLS_A3RL.iterdir()
+               if p.is_dir() and (p / "__init__.py").is_file()}
+    assert folders == LAYERS, f"packages under tools/a3rl: {sorted(folders)}"
+
+
+@pytest.mark.parametrize("lower, upper", [
+    ("planning", "a3rl.controller"), ("node", "a3rl.controller"), ("node", "a3rl.planning"),
+    ("rewards", "a3rl.controller"), ("rewards", "a3rl.planning"),
+])
+def test_a_lower_layer_imports_nothing_of_an_upper_one(lower, upper):
+    files = sorted((TOOLS_A3RL / lower).rglob("*.py"))
+    files += [TOOLS_A3RL / name for name in SHARED] if lower == "planning" else []
+    assert files
+    bad = {str(p.relative_to(ROOT)): hits for p in files if (hits := package_imports(p, upper))}
+    assert not bad, f"{lower} imports {upper}: {bad}"
+
+
+def test_the_layer_scan_sees_an_upward_import(tmp_path):
+    f = tmp_path / "x.py"
+    f.write_text("from a3rl import controller\nfrom a3rl.controller.runs import x\n"
+                 "import a3rl.controllers\n")
+    assert [h.split(":")[0] for h in package_imports(f, "a3rl.controller")] == [
+        "line 1", "line 2"]
+
+
+def test_modules_have_one_home():
+    """Every module is in plugins/modules (ansible.cfg's library), none in a role's
+    library/: one place to look for a module, and a module two roles need is not moved
+    when the second one needs it."""
+    assert not sorted(ROOT.glob("roles/*/library")), "move the modules to plugins/modules"
+    assert len(list((ROOT / "plugins" / "modules").glob("a3rl_*.py"))) >= 18

@@ -2,7 +2,7 @@
 
 Each value below is stated once, in its owner's file; every other role, var file or
 controller module reads it from there (a template naming the owner's variable, or
-a3rl.rolevars in Python). The scan finds the literal anywhere else in the roles' YAML,
+a3rl.planning.rolevars in Python). The scan finds the literal anywhere else in the roles' YAML,
 group_vars/all, the plays and the a3rl package (node-side code included, the simulator's
 stand-ins of upstream scripts not: they state the recipe's own values). Comments and
 Python strings are not read: prose may cite a value, code may not restate it."""
@@ -37,7 +37,7 @@ OWNED: dict[int, tuple[str, str, str | None]] = {
 # is gone too, so that this list only shrinks.
 KNOWN: dict[tuple[str, int], str] = {
     ("roles/ray_cluster/defaults/main.yml", 64021): "the ray play does not load recipe_env; "
-    "moving the value to group_vars/all needs a3rl.drift.project_vars and test_fanout to "
+    "moving the value to group_vars/all needs a3rl.planning.drift.project_vars and test_fanout to "
     "resolve nested references",
     ("roles/ray_cluster/defaults/main.yml", 32): "as 64021",
     ("roles/ray_cluster/defaults/main.yml", 29470): "the ray play does not load "
@@ -46,15 +46,16 @@ KNOWN: dict[tuple[str, int], str] = {
     "omit it",
     ("plugins/filter/a3rl_fanout.py", 29470): "the filter's port default (its caller passes "
     "artifact_store_fanout_port)",
-    ("tools/a3rl/drift.py", 16): "project_cluster_env's fallback for npus_per_node",
+    ("tools/a3rl/planning/drift.py", 16): "project_cluster_env's fallback for npus_per_node",
 }
 
 
 def scanned(root: Path) -> list[Path]:
     patterns = ("roles/*/defaults/*.yml", "roles/*/vars/*.yml", "roles/*/tasks/*.yml",
                 "roles/*/meta/*.yml", "group_vars/all/*.yml", "playbooks/*.yml",
-                "tools/a3rl/*.py", "tools/a3rl/node/*.py", "tools/a3rl/sim/cluster.py",
-                "plugins/*/*.py", "roles/*/library/*.py")
+                "tools/a3rl/*.py", "tools/a3rl/controller/*.py", "tools/a3rl/planning/*.py",
+                "tools/a3rl/node/*.py", "tools/a3rl/sim/cluster.py",
+                "plugins/*/*.py")
     return sorted({p for pattern in patterns for p in root.glob(pattern)
                    if p.is_file() and not p.is_symlink()})  # module_utils: node/ itself
 

@@ -513,7 +513,7 @@ def test_ansible_module_twice(wd, extra):
     def run(*extra_args: str) -> dict:
         proc = subprocess.run(
             [str(REPO / ".venv/bin/ansible"), "localhost", "-m", "a3rl_patch_series",
-             "-M", "roles/frameworks/library", "-a",
+             "-M", "plugins/modules", "-a",
              json.dumps({"workdir": str(wd), "recipe_patch_dir": "patches",
                          "extra_patch_dirs": [str(extra)]}), *extra_args],
             cwd=REPO, capture_output=True, text=True,

@@ -1,4 +1,4 @@
-"""Run plans (``a3rl.plan``): the recipe's five runs rendered from group_vars.
+"""Run plans (``a3rl.planning.plan``): the recipe's five runs rendered from group_vars.
 
 Golden values are recipe.md's table ("The five training runs the recipe ships") and its
 derived values, asserted on the overrides as Hydra parses them (key -> value), not on
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from a3rl import plan as planmod
-from a3rl.plan import PlanError, check_types, make_plan, plan_from_files
+from a3rl.planning import plan as planmod
+from a3rl.planning.plan import PlanError, check_types, make_plan, plan_from_files
 
 ROOT = Path(__file__).resolve().parents[2]
 ASSETS = "/data/a3rl"

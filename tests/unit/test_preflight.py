@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from a3rl import preflight as pf
+from a3rl.planning import preflight as pf
 
 GROUPS = {"a3_nodes": ["n1", "n2", "n3"], "head": ["n1"], "workers": ["n2", "n3"]}
 HOSTVARS = {

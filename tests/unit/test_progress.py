@@ -9,9 +9,9 @@ import re
 
 from rich.console import Console
 
-from a3rl import fold, progress, runs
-from a3rl.fold import Tracker, error_text, replay
-from a3rl.progress import LiveDisplay, PlainDisplay
+from a3rl.controller import fold, progress, runs
+from a3rl.controller.fold import Tracker, error_text, replay
+from a3rl.controller.progress import LiveDisplay, PlainDisplay
 
 ANSI = re.compile(r"\x1b\[")
 

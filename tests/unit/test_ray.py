@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from a3rl import ray
-from a3rl.ray import RayConfigError
+from a3rl.planning import ray
+from a3rl.planning.ray import RayConfigError
 
 PORTS = {"gcs": 29444, "dashboard": 8260, "client_server": 10001, "node_manager": 29450,
          "object_manager": 29451, "runtime_env_agent": 29452, "dashboard_agent_grpc": 29453,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from a3rl import recipe_env
-from a3rl.recipe_env import RecipeEnvError
+from a3rl.planning import recipe_env
+from a3rl.planning.recipe_env import RecipeEnvError
 
 MODELS = yaml.safe_load(
     (Path(__file__).resolve().parents[2] / "group_vars/all/models.yml").read_text()

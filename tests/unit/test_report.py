@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from a3rl import report
+from a3rl.controller import report
 from a3rl.node import metrics
 
 TR = "\x1b[36m(TaskRunner pid=7001)\x1b[0m "

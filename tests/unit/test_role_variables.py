@@ -1,14 +1,14 @@
 """Role variables are stated once: values in defaults/main.yml, type and meaning in the
 argument spec (no `default:` there), and docs/role-variables.md rendered from both
-(a3rl.rolevars)."""
+(a3rl.planning.rolevars)."""
 
 from __future__ import annotations
 
 import textwrap
 from pathlib import Path
 
-from a3rl import rolevars
 from a3rl.paths import project_root
+from a3rl.planning import rolevars
 
 ROOT = project_root()
 
@@ -19,7 +19,7 @@ def test_every_role_states_each_default_once():
 
 def test_the_variable_reference_is_rendered_from_defaults_and_specs():
     assert (ROOT / rolevars.DOC).read_text() == rolevars.render(ROOT / "roles"), (
-        "docs/role-variables.md is stale: run `python -m a3rl.rolevars render`")
+        "docs/role-variables.md is stale: run `python -m a3rl.planning.rolevars render`")
 
 
 def _role(tmp_path: Path, defaults: str, spec: str) -> Path:

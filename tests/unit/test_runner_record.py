@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from a3rl import masking, runner
+from a3rl import masking
+from a3rl.controller import runner
 
 
 def test_secret_environment_is_masked_in_the_record(tmp_path):
@@ -27,7 +28,7 @@ def test_masked_extra_vars():
 
 
 def test_two_runs_of_one_play_in_one_second_get_folders_of_their_own(tmp_path, monkeypatch):
-    from a3rl import runner
+    from a3rl.controller import runner
 
     monkeypatch.setattr(runner.time, "strftime", lambda fmt: "20261201-101010")
     first = runner._new_record(tmp_path / "runs", "site")

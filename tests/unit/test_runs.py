@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from a3rl import runs
+from a3rl.controller import runs
 
 SID = "a3rl-grpo-qwen3_32b-real-0da7b98c"
 

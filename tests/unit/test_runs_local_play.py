@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from a3rl import runner
-from a3rl.fold import Tracker
-from a3rl.progress import PlainDisplay
+from a3rl.controller import runner
+from a3rl.controller.fold import Tracker
+from a3rl.controller.progress import PlainDisplay
 
 PLAY = """\
 - name: Local | A tiny play

@@ -4,7 +4,8 @@ On the simulator the training play submits it in place of verl's ``main_ppo``/``
 These tests run everything but its Ray part in the project's venv, against the recipe
 working directory the stand-in upstreams build (the real verl 0.6.0 configs, the recipe's
 patch series applied, DAPO's configs copied in), the stand-in datasets converted by
-``a3rl.datasets`` and the stand-in models of ``a3rl.sim.hub``: composition and a Hydra typo,
+``a3rl.planning.datasets`` and the stand-in models of ``a3rl.sim.hub``: composition and a
+Hydra typo,
 the data, model and reward checks and what they refuse, the per-node verdict on the probes'
 reports, and metric lines that ``a3rl.node.metrics`` parses back as simulated steps, the same
 for the same config, in the very format of verl's console logger.
@@ -29,13 +30,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from a3rl import datasets
 from a3rl.node import metrics
+from a3rl.planning import datasets
 from a3rl.sim import cann, datasets_fixture, hub, image_workspace, upstreams
 
 CONTEXT = cann.CONTEXT
 TRAINER = CONTEXT / "a3rl_standin_trainer.py"
-REWARD = Path(datasets.__file__).resolve().parent / "rewards" / "deepscaler.py"
+REWARD = Path(datasets.__file__).resolve().parents[1] / "rewards" / "deepscaler.py"
 PPO = "verl.trainer.main_ppo"
 DAPO = "verl.trainer.main_dapo"
 

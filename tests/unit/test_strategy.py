@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from a3rl import strategy
-from a3rl.runner import equivalent_command
+from a3rl.controller import strategy
+from a3rl.controller.runner import equivalent_command
 
 
 def test_default_sets_nothing(monkeypatch):

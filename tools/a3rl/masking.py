@@ -1,7 +1,7 @@
 """What a3rl treats as a secret, in one place: a variable whose name looks secret, and a
 Hydra override whose key does (``+trainer.wandb_api_key=...``). The runner keeps such
-values out of its records (:mod:`a3rl.runner`); the plan keeps a secret override's value
-off the job's command line (:mod:`a3rl.plan`): the job reads it from an environment
+values out of its records (:mod:`a3rl.controller.runner`); the plan keeps a secret override's value
+off the job's command line (:mod:`a3rl.planning.plan`): the job reads it from an environment
 variable (``${oc.env:A3RL_SECRET_...}``, resolved by OmegaConf where verl resolves its
 config), which Ray's job records list masked (:mod:`a3rl.node.rayjobs`)."""
 

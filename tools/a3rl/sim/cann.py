@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from a3rl.files import sha256_file
-from a3rl.images import archive_image_id
 from a3rl.paths import cache_dir
+from a3rl.planning.images import archive_image_id
 from a3rl.sim import image_workspace, podman, upstreams
 
 CONTEXT = Path(__file__).resolve().parent / "files" / "cann-standin"

@@ -17,9 +17,9 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from a3rl import cli as controller
+from a3rl.controller import cli as controller
+from a3rl.controller.progress import wants_live
 from a3rl.paths import project_root
-from a3rl.progress import wants_live
 from a3rl.sim import cluster
 
 console = Console(highlight=False)

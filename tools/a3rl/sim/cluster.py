@@ -22,8 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from a3rl import rolevars
 from a3rl.paths import project_root, sim_dir
+from a3rl.planning import rolevars
 from a3rl.sim import (
     cann,
     datasets_fixture,

@@ -1,7 +1,7 @@
 """The simulator's CPU profile of a run: the real plan, made runnable by real verl on CPU.
 
 The recipe's runs use Megatron for training and vLLM-Ascend for rollout on 16 NPUs per
-node; neither runs here. ``cpu_job`` takes the real plan's job (``a3rl.plan.Plan.job``,
+node; neither runs here. ``cpu_job`` takes the real plan's job (``a3rl.planning.plan.Plan.job``,
 checked by the plan's rules and, on the head, by Hydra against the staged configs, as on
 a real cluster) and derives the job the simulator submits to real verl 0.6.0:
 
@@ -30,7 +30,7 @@ CPU profile; ``supported`` says so, and the simulator keeps its stand-in trainer
 others (DAPO's recipe config has no FSDP counterpart in verl's sdist).
 
 The product never imports this module. ``profile`` states the CPU profile as data, a
-job profile (``a3rl.job_profile``, the product's generic mechanism for a site's changes
+job profile (``a3rl.planning.job_profile``, the product's generic mechanism for a site's changes
 to its jobs), which the simulator's inventory hands to ``train_job`` as
 ``train_job_profile`` (``a3rl.sim.inventory``); ``cpu_job`` applies it the same way,
 for the tests.
@@ -41,7 +41,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from a3rl import checkpointing, job_profile
+from a3rl.planning import checkpointing, job_profile
 
 # Where the simulator's image holds the CPU stand-in layer (files/verl-cpu-standin).
 LAYER_DIR = "/opt/a3rl/verl-cpu-standin"
@@ -74,7 +74,7 @@ DROPPED_PREFIXES = (
      "token budgets of dynamic batching: fixed micro batches on CPU"),
 )
 MICRO = "fixed micro batches on CPU"
-# What the CPU job sets, in this order (a3rl.job_profile's `set`).
+# What the CPU job sets, in this order (a3rl.planning.job_profile's `set`).
 SETTINGS: tuple[dict[str, Any], ...] = (
     {"key": "trainer.device", "value": "cpu",
      "why": "no NPU on the simulator; verl 0.6.0's CPU device"},
@@ -115,7 +115,7 @@ SETTINGS: tuple[dict[str, Any], ...] = (
 
 
 def profile(layer_dir: str = LAYER_DIR) -> dict[str, Any]:
-    """The CPU profile as a job profile (``a3rl.job_profile``): plain data, which the
+    """The CPU profile as a job profile (``a3rl.planning.job_profile``): plain data, which the
     simulator's inventory writes for ``train_job`` (``train_job_profile``)."""
     bytes_per_checkpoint = TINY_PARAMS * checkpointing.BYTES_PER_PARAM
     return {

@@ -1,7 +1,7 @@
 r"""STAND-IN raw datasets for the simulator and the tests: the hub is not reachable here.
 
 The data stage downloads four datasets from ModelScope and converts them with
-``a3rl.datasets.prepare``. The simulated cluster has no route to ModelScope, so this module
+``a3rl.planning.datasets.prepare``. The simulated cluster has no route to ModelScope, so this module
 writes small STAND-INs in the simulated hub's layout, ``<root>/datasets/<owner>/<name>/``,
 with the real datasets' file names and schemas and made-up rows (a dozen or fewer each):
 
@@ -144,7 +144,7 @@ _UUIDS = uuid.UUID("6f1d7c1e-5a52-4c1b-9a53-a3a3a3a3a3a3")  # namespace for stab
 
 def write_raw_datasets(root: Path) -> dict[str, Path]:
     """Write the stand-in snapshots under ``root/datasets`` and return each one's folder,
-    keyed like ``a3rl.datasets.RAW_FORMATS``."""
+    keyed like ``a3rl.planning.datasets.RAW_FORMATS``."""
     base = Path(root) / "datasets"
     folders = {key: base / hub_id for key, hub_id in DATASETS.items()}
     items: list[dict] = [

@@ -130,7 +130,7 @@ def group_vars(cluster: Cluster, packages: Mapping[str, Path] | None = None,
         # (a3rl.sim.cpu_profile), with the CPU stand-in layer, in the real-verl image layer
         # (a cluster made with trainer="standin" has no such layer: the stand-in trainer).
         # The profile is data, a job profile train_job applies as it would a site's
-        # (a3rl.job_profile); -e train_job_sim_cpu_profile=false turns it off for a play.
+        # (a3rl.planning.job_profile); -e train_job_sim_cpu_profile=false turns it off for a play.
         "a3rl_sim_cpu_profile": cpu_profile.profile(),
         "train_job_sim_cpu_profile": real_verl,
         "train_job_profile": PROFILE_SWITCH,

@@ -3,7 +3,7 @@
 Written by a3rl's simulator, not copied: each file is generated from the tables below,
 which hold the facts measured on the recipe at the pin (shared/reference/recipe.md and
 real-upstreams.md; docs/recipe-conformance.md). They model the structure the drift
-reader (``a3rl.drift``) depends on:
+reader (``a3rl.planning.drift``) depends on:
 
 * ``internal/train_<algo>_qwen3_<size>_<dies>die_<weights>.sh``: paths defaulting to the
   working directory (``HOME=$(pwd)``), a hand-set ``NODES=<n>`` line, the derived values

@@ -495,7 +495,7 @@ PLAIN_FILES = {f"patches/{rel}": text
 _RECIPE_FILES = {
     **_tree("recipe"),
     f"{RECIPE_SUBDIR}/requirements.txt": REQUIREMENTS,
-    # The train and env scripts (a3rl.drift runs them with recorders).
+    # The train and env scripts (a3rl.planning.drift runs them with recorders).
     **recipe_scripts.files(RECIPE_SUBDIR),
 }
 

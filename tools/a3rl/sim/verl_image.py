@@ -31,8 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from a3rl.files import sha256_file
-from a3rl.images import archive_image_id
 from a3rl.paths import machine_cache_dir
+from a3rl.planning.images import archive_image_id
 from a3rl.sim import podman
 from a3rl.sim.cann import CannArchive
 

@@ -1,4 +1,4 @@
-"""Live progress of a play, shown from the fold of its events (:mod:`a3rl.fold`).
+"""Live progress of a play, shown from the fold of its events (:mod:`a3rl.controller.fold`).
 
 Two displays read the fold: ``LiveDisplay`` redraws one line per host, a bar per
 transfer and the job's progress with rich (a terminal); ``PlainDisplay`` prints one line
@@ -12,7 +12,13 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from a3rl.fold import TERMINAL_JOB_STATES, Tracker, event_time, human_bytes, human_seconds
+from a3rl.controller.fold import (
+    TERMINAL_JOB_STATES,
+    Tracker,
+    event_time,
+    human_bytes,
+    human_seconds,
+)
 
 
 class PlainDisplay:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from a3rl import plan as plans
+from a3rl.planning import plan as plans
 
 # Commands replaced by recorders: anything a recipe script runs that is not a harmless
 # text tool. An unknown command is recorded too (bash's command_not_found_handle).

@@ -4,7 +4,8 @@ The data stage runs this on the controller. A prepared dataset is recorded in th
 store's ``manifest.json`` like any artifact (name ``dataset:<name>``, every file with
 its sha256 and size), so the nodes get it through the same verified distribution. Its
 record is keyed on what defines the output: the raw files' sha256, the converter
-(``a3rl.converter_version.output_fingerprint``), the format and its parameters. A re-run with all
+(``a3rl.planning.converter_version.output_fingerprint``), the format and its parameters.
+A re-run with all
 of those unchanged and the outputs intact converts nothing; a converted file reaches
 the store only after it passed the schema check. Flawed raw items a converter dropped
 are in the record (``dropped``: count, of, positions, reasons).
@@ -19,8 +20,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from a3rl import converter_version
 from a3rl.node import artifacts
+from a3rl.planning import converter_version
 
 
 class DatasetError(Exception):
@@ -61,13 +62,13 @@ def digest(spec: dict[str, Any], source: dict[str, Any]) -> str:
 def ensure(store: str, name: str, spec: dict[str, Any], check: bool = False) -> dict[str, Any]:
     """Make the store hold dataset ``name`` converted as ``spec`` says.
 
-    ``spec``: ``source`` (the raw artifact's name), ``format`` (a3rl.datasets), ``dest``
+    ``spec``: ``source`` (the raw artifact's name), ``format`` (a3rl.planning.datasets), ``dest``
     (folder in the store and on the nodes), ``params``. Returns ``{"changed", "action":
     present|prepared|would_prepare, "entry"}``.
     """
     # Here, not at the top: it imports pyarrow, which ``digests`` (rendered in Ansible's
-    # workers) must not pay for (a3rl.converter_version).
-    from a3rl import datasets
+    # workers) must not pay for (a3rl.planning.converter_version).
+    from a3rl.planning import datasets
 
     fmt = spec.get("format")
     if fmt not in datasets.RAW_FORMATS:

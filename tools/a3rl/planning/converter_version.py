@@ -5,14 +5,14 @@ A module of its own, standard library only, so that the datasets role's converge
 probe can key on it without importing pyarrow: that key is rendered in Ansible's forked
 workers (the ``a3rl_dataset_digests`` filter), and importing pyarrow there took about 170 ms
 in each, 4.6 % of the controller's CPU in a no-op ``site.yml`` (py-spy, 2026-12-04).
-``a3rl.datasets`` re-exports both names.
+``a3rl.planning.datasets`` re-exports both names.
 """
 
 from __future__ import annotations
 
 from importlib import metadata
 
-# Changes whenever the output of any converter would (a3rl.datasets).
+# Changes whenever the output of any converter would (a3rl.planning.datasets).
 CONVERTER_VERSION = "2"
 
 

@@ -27,9 +27,10 @@ from typing import Any
 
 import yaml
 
-from a3rl import checkpointing as ckpt
-from a3rl import masking, rolevars
-from a3rl.recipe_env import RecipeEnvError, model_env
+from a3rl import masking
+from a3rl.planning import checkpointing as ckpt
+from a3rl.planning import rolevars
+from a3rl.planning.recipe_env import RecipeEnvError, model_env
 
 WEIGHTS = ("real", "random")
 CHECKPOINTS = ("none", "mcore", "hf")
@@ -1028,7 +1029,7 @@ def _apply(ov: dict[str, tuple[str, Any]], layer: Mapping[str, Any], where: str,
         prefix = raw[: len(raw) - len(raw.lstrip("+"))]
         key = raw[len(prefix):]
         if not computed_ok and (key in DERIVED_KEYS or key in _KEY_PARAMS):
-            problems.append(f"{where} sets {key}, which a3rl.plan computes; set the run's "
+            problems.append(f"{where} sets {key}, which a3rl.planning.plan computes; set the run's "
                             f"value instead")
             continue
         ov[key] = (prefix, value)  # an existing key keeps its place in the list

@@ -2,8 +2,9 @@
 
 Plain ``ansible-playbook`` stays the reference way to run every play; this is the same
 run with its events kept under ``runs/<timestamp>-<play>/``, shown live while it runs
-(:mod:`a3rl.progress`, from the fold of its events in :mod:`a3rl.fold`) and summarised
-in ``summary.json`` at the end (:mod:`a3rl.runs`).
+(:mod:`a3rl.controller.progress`, from the fold of its events in
+:mod:`a3rl.controller.fold`) and summarised
+in ``summary.json`` at the end (:mod:`a3rl.controller.runs`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from a3rl import strategy
+from a3rl.controller import strategy
 from a3rl.masking import MASK, is_secret_name, secret_override
 from a3rl.paths import project_root
 
@@ -155,15 +156,15 @@ def run_play(
     extra_env: dict[str, str] | None = None,
     display: Any = None,
 ) -> PlayResult:
-    """Run ``playbook`` and record it. ``display`` (from :mod:`a3rl.progress`) is fed every
-    event as it happens; without one, ansible-playbook's own output is printed unless
+    """Run ``playbook`` and record it. ``display`` (from :mod:`a3rl.controller.progress`)
+    is fed every event as it happens; without one, ansible-playbook's own output is printed unless
     ``quiet``. Whenever ansible-runner returns (a failed or cancelled play included), the
     record is complete with its ``summary.json``."""
     import ansible_runner  # imported late: `a3rl sim` does not need it
 
-    from a3rl import runs
-    from a3rl.fold import Tracker
-    from a3rl.progress import NullDisplay
+    from a3rl.controller import runs
+    from a3rl.controller.fold import Tracker
+    from a3rl.controller.progress import NullDisplay
 
     root = project_root()
     extravars = extravars or {}

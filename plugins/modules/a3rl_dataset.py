@@ -7,9 +7,9 @@ DOCUMENTATION = r"""
 module: a3rl_dataset
 short_description: Convert a raw dataset of the artifact store into verl's parquet files
 description:
-  - Runs on the controller (C(delegate_to: localhost)) with the project's Python, which has
+  - Runs on the controller (C(delegate_to) localhost) with the project's Python, which has
     the a3rl package and pyarrow.
-  - Converts the raw artifact with a3rl.datasets, checks every output against the schema
+  - Converts the raw artifact with a3rl.planning.datasets, checks every output against the schema
     verl reads, and records the files in the store's C(manifest.json) as
     C(dataset:<name>). A schema problem fails naming file, row and column; nothing is
     recorded then.
@@ -63,7 +63,7 @@ def main():
         supports_check_mode=True,
     )
     try:
-        from a3rl.dataset_store import DatasetError, ensure
+        from a3rl.planning.dataset_store import DatasetError, ensure
     except ImportError as e:
         module.fail_json(msg=f"the controller's Python lacks the a3rl package or pyarrow ({e}). "
                              "Fix: run ansible-playbook from the project's venv (make venv).")

@@ -1,7 +1,7 @@
 """A run's goodput across its attempts: how much of the wall time trained the model.
 
 A run is its first submission and every attempt resumed from a checkpoint after it
-(``<run id>-r<k>``, a3rl.checkpointing). Per attempt, Ray's job record gives the start
+(``<run id>-r<k>``, a3rl.planning.checkpointing). Per attempt, Ray's job record gives the start
 and end (ms since the epoch) and the attempt's own log its steps (``timing_s/step``, verl's
 timer around one whole step, checkpoint save included).
 

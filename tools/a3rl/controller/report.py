@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from a3rl import rolevars
 from a3rl.node.metrics import KEY_METRICS, summary
+from a3rl.planning import rolevars
 
 REPORT_NAME = "report.md"
 PLOT_NAME = "metrics.png"
@@ -371,7 +371,7 @@ def render(run_dir: Path, plan: dict | None, steps: list[dict],
     and the rendered ``entrypoint``/``config_name``/``overrides``), or None. ``status`` is
     the job as Ray's job API returns it (``submission_id``, ``status``, ``message``,
     ``start_time``/``end_time`` in ms). ``steps`` come from :func:`a3rl.node.metrics.parse_log`.
-    ``goodput``: :func:`a3rl.goodput.goodput` of the run's ``attempts`` (Ray's records).
+    ``goodput``: :func:`a3rl.controller.goodput.goodput` of the run's ``attempts`` (Ray's records).
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -394,7 +394,7 @@ def _with_goodput(text: str, plan: Mapping[str, Any] | None, figures: Mapping[st
                   attempts: Sequence[Mapping[str, Any]],
                   supervisor: Mapping[str, Any]) -> str:
     """The report with the run's attempts, goodput and checkpoint policy after its
-    first table (a3rl.goodput says how each figure is counted)."""
+    first table (a3rl.controller.goodput says how each figure is counted)."""
     ratio = figures.get("goodput")
     out = ["", "## Goodput", ""]
     out += markdown_table(["", ""], [

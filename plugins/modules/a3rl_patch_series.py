@@ -11,7 +11,7 @@ description:
     when one waits) in the recipe's order
     (C(find ./patches -type f -name "*.patch" | sort -V), each with
     C(git apply --ignore-whitespace)), then those of each of I(extra_patch_dirs) in the
-    same order. The plain files beside the patches (C(*.py)) are not copied anywhere:
+    same order. The plain files beside the patches (C(*.py)) are not copied anywhere;
     the recipe's patches import them as C(patches.verl...) from the working directory,
     and a patch may edit them like any other tracked file.
   - The working directory must be a git repository whose pristine content is

@@ -31,7 +31,9 @@ options:
     type: dict
     required: true
   layout:
-    description: Ordered entries C({from, path, to}); C(path) is a file, folder or glob in the source.
+    description: >-
+      Ordered entries C({from, path, to}); C(path) is a file, folder or glob in the
+      source.
     type: list
     elements: dict
     required: true

@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from a3rl import manifest, ray, rolevars
 from a3rl.node import artifacts
 from a3rl.node.fanout import whole_number
 from a3rl.paths import project_root
+from a3rl.planning import manifest, ray, rolevars
 
 CLUSTER_GROUPS = ("head", "workers")
 

@@ -74,8 +74,8 @@ def cmd_sim(argv: list[str]) -> int:
 
 def _display(args: argparse.Namespace, playbook: str) -> tuple[Any, bool]:
     """The progress display for this run and ansible-runner's ``quiet``."""
-    from a3rl.fold import Tracker
-    from a3rl.progress import LiveDisplay, PlainDisplay
+    from a3rl.controller.fold import Tracker
+    from a3rl.controller.progress import LiveDisplay, PlainDisplay
 
     if getattr(args, "quiet", False):
         return None, True
@@ -129,7 +129,7 @@ def summary_lines(result: Any) -> tuple[Table, list[str]]:
     table = Table(title=title, box=_box(), title_justify="left")
     for col in ("host", "ok", "changed", "failed", "unreachable", "skipped", "busy"):
         table.add_column(col, justify="left" if col == "host" else "right")
-    from a3rl.fold import human_seconds
+    from a3rl.controller.fold import human_seconds
 
     if hosts:
         for h, v in sorted(hosts.items()):
@@ -144,7 +144,7 @@ def summary_lines(result: Any) -> tuple[Table, list[str]]:
                                for k in ("ok", "changed", "failures", "dark", "skipped")), "-")
     lines = []
     for t in s.get("training") or []:
-        from a3rl.fold import Training
+        from a3rl.controller.fold import Training
 
         tr = Training(t["host"], t["submission_id"], t["status"], t.get("message", ""),
                       t.get("step"), t.get("total_steps"), t.get("metrics") or {},
@@ -177,7 +177,7 @@ def _extra(args: argparse.Namespace) -> dict[str, Any] | None:
 
 def run(args: argparse.Namespace, playbook: str, extra: dict[str, Any] | None = None) -> int:
     """Run ``playbook`` with the command's options; print the summary; ansible's exit code."""
-    from a3rl.runner import run_play
+    from a3rl.controller.runner import run_play
 
     inv = Path(args.inventory) if args.inventory else _default_inventory()
     if not inv.exists():
@@ -249,7 +249,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """Print a run's job (entrypoint, config, overrides, env) without touching any host."""
     import json
 
-    from a3rl.plan import PlanError, plan_from_files
+    from a3rl.planning.plan import PlanError, plan_from_files
 
     try:
         made = plan_from_files(project_root(), args.algo, args.model, args.weights,
@@ -274,7 +274,7 @@ def cmd_drift(args: argparse.Namespace) -> int:
     """Where a recipe tree differs from the project's plans, env and requirements."""
     import json
 
-    from a3rl import drift
+    from a3rl.planning import drift
 
     root = project_root()
     v = drift.project_vars(root, a3rl_assets_dir=args.assets_dir, a3rl_workdir=args.workdir)
@@ -320,7 +320,7 @@ def cmd_bench(argv: list[str]) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from a3rl import runs
+    from a3rl.controller import runs
 
     runs_dir = project_root() / "runs"
     recs = runs.records(runs_dir)
@@ -346,7 +346,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from a3rl import runs
+    from a3rl.controller import runs
 
     runs_dir = project_root() / "runs"
     training = runs_dir / args.run / "report.md"
@@ -491,7 +491,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from a3rl.progress import wants_live
+    from a3rl.controller.progress import wants_live
 
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:

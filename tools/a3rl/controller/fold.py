@@ -3,8 +3,8 @@
 ``Tracker`` turns ansible-runner's event stream into state: per host its current task
 and result, the failures, the byte transfers the artifact store reports, and a followed
 training job's step and metrics. It is pure (no terminal, no clock of its own), so the
-same fold serves the live displays while a play runs (:mod:`a3rl.progress`) and the
-summary of a recorded run afterwards (``replay``, :mod:`a3rl.runs`).
+same fold serves the live displays while a play runs (:mod:`a3rl.controller.progress`) and the
+summary of a recorded run afterwards (``replay``, :mod:`a3rl.controller.runs`).
 
 Where the numbers come from (nothing here is invented):
 - transfers: the artifact store's ``a3rl_artifact_files`` result says, per node, which

@@ -28,7 +28,7 @@ def report(nodes: Mapping[str, Mapping[str, Any]], membership: Mapping[str, Any]
     """``{"table": str, "jobs": [str], "problems": [str], "healthy": bool}``.
 
     ``nodes``: host -> {driver, firmware, npu_problems, npus, image_id, container,
-    free_bytes}; ``membership``: ``a3rl.ray.membership`` of the head's node list (or
+    free_bytes}; ``membership``: ``a3rl.planning.ray.membership`` of the head's node list (or
     {} when Ray does not answer).
     """
     problems: list[str] = []

@@ -68,7 +68,8 @@ def main():
     )
     p = module.params
     try:
-        result = checkout(p["bundle"], p["dest"], p["commit"], p["submodules"], check=module.check_mode)
+        result = checkout(p["bundle"], p["dest"], p["commit"], p["submodules"],
+                          check=module.check_mode)
     except StageError as e:
         module.fail_json(msg=str(e))
     if result["discarded"]:

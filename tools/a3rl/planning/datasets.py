@@ -61,8 +61,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from a3rl.converter_version import CONVERTER_VERSION, output_fingerprint  # noqa: F401
 from a3rl.files import sha256_file
+from a3rl.planning.converter_version import CONVERTER_VERSION, output_fingerprint  # noqa: F401
 
 DEEPSCALER_INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
 GSM8K_INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
@@ -815,9 +815,9 @@ def summary(path: Path) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m a3rl.datasets prepare|validate|summary ...``"""
+    """``python -m a3rl.planning.datasets prepare|validate|summary ...``"""
     parser = argparse.ArgumentParser(
-        prog="python -m a3rl.datasets", description=__doc__.split("\n")[0]
+        prog="python -m a3rl.planning.datasets", description=__doc__.split("\n")[0]
     )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser(

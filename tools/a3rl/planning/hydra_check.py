@@ -3,7 +3,7 @@
 A misspelled key otherwise fails the job minutes later, after Ray has placed it; here it
 fails the play naming the key. Runs where verl's configs and Hydra are (in the training
 container on the head, ``python3 - --json '{...}'`` on stdin) and prints one JSON line.
-Hydra checks neither value types nor a ``+`` key that is new (it adds it): a3rl.plan
+Hydra checks neither value types nor a ``+`` key that is new (it adds it): a3rl.planning.plan
 checks the keys it generates; a user's ``+`` on a key the config has is refused here.
 """
 

@@ -1,7 +1,7 @@
 """A site's job profile: the changes a site declares, as data in its inventory, to the
 jobs it runs, applied to a run's job after the real plan passed its checks and Hydra.
 
-The plan (``a3rl.plan``) is the recipe's job, checked as the recipe states it. A site
+The plan (``a3rl.planning.plan``) is the recipe's job, checked as the recipe states it. A site
 that cannot run that job as it is (no NPUs, say) names what it changes in
 ``train_job_profile``, and ``train_job`` submits the profiled job instead; each change
 is listed with the site's reason, and the run's report shows the list. The product
@@ -40,8 +40,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from a3rl import checkpointing
-from a3rl.plan import parse_value, render_value, split_override
+from a3rl.planning import checkpointing
+from a3rl.planning.plan import parse_value, render_value, split_override
 
 KEYS = {"name", "label", "applies_to", "config", "drop", "set", "env_prepend", "checkpoint"}
 SET_KINDS = ("value", "per_node", "ratio_to")

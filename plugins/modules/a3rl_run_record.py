@@ -10,14 +10,16 @@ description:
   - Runs on the controller (C(delegate_to: localhost)) with the project's Python.
   - Reads C(job.log) in I(run_dir), writes C(metrics.jsonl) (verl's console metrics per
     step, a3rl.node.metrics), C(plan.json), C(status.json), and C(report.md) with
-    C(metrics.png) beside the recipe's published figures (a3rl.report).
+    C(metrics.png) beside the recipe's published figures (a3rl.controller.report).
 options:
   run_dir:
     description: The run's folder on the controller.
     type: path
     required: true
   plan:
-    description: The plan (the job as a3rl.plan rendered it, with algo, model, weights, features).
+    description: >-
+      The plan (the job as a3rl.planning.plan rendered it, with algo, model, weights,
+      features).
     type: dict
     required: true
   status:
@@ -29,7 +31,7 @@ options:
       - The submission id of the attempt recorded (the run's first, or C(<run id>-r<k>)).
         Its status goes to C(attempts/<id>.json); C(job.log) is made of every attempt's
         log in C(attempts/), in attempt order, and the report gets the run's goodput
-        (a3rl.goodput).
+        (a3rl.controller.goodput).
     type: str
   attempt_records:
     description: Ray's records of every attempt of the run, each written to C(attempts/<id>.json).
@@ -52,7 +54,7 @@ report:
   type: str
   returned: always
 goodput:
-  description: a3rl.goodput.goodput of the run's attempts.
+  description: a3rl.controller.goodput.goodput of the run's attempts.
   type: dict
   returned: always
 supervisor:
@@ -84,8 +86,9 @@ def main():
     try:
         from pathlib import Path
 
-        from a3rl import checkpointing, goodput, report
+        from a3rl.controller import goodput, report
         from a3rl.node import metrics
+        from a3rl.planning import checkpointing
     except ImportError as e:
         module.fail_json(msg=f"the controller's Python lacks the a3rl package ({e}). Fix: run "
                              "ansible-playbook from the project's venv (make venv).")

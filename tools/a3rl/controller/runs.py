@@ -6,7 +6,7 @@ command. This module adds ``summary.json`` (per-task and per-host timings, count
 failures, transfers and the followed training jobs, all derived from the events), lists
 the records (``a3rl runs``) and renders a record's ``report.md`` and ``timeline.png``
 (``a3rl report RUN``). A training run's own report (``runs/<submission-id>/report.md``,
-written by the training play with :mod:`a3rl.report`) is linked, not re-rendered.
+written by the training play with :mod:`a3rl.controller.report`) is linked, not re-rendered.
 
 Records made before ``summary.json`` existed are summarised from their events on demand.
 """
@@ -21,8 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from a3rl import checkpointing
-from a3rl.fold import (
+from a3rl.controller.fold import (
     ITEM_EVENTS,
     RESULT_EVENTS,
     TASK_START_EVENTS,
@@ -32,7 +31,8 @@ from a3rl.fold import (
     iso_time,
     replay,
 )
-from a3rl.report import markdown_table
+from a3rl.controller.report import markdown_table
+from a3rl.planning import checkpointing
 
 SUMMARY_NAME = "summary.json"
 REPORT_NAME = "report.md"
