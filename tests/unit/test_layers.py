@@ -285,3 +285,16 @@ def test_modules_have_one_home():
     when the second one needs it."""
     assert not sorted(ROOT.glob("roles/*/library")), "move the modules to plugins/modules"
     assert len(list((ROOT / "plugins" / "modules").glob("a3rl_*.py"))) >= 18
+
+
+def test_every_project_file_a_role_names_by_path_exists():
+    """Roles read some of the package's files by path (the Hydra check is sent into the
+    training container, the supervisor and reward functions are copied): a file moved
+    to another layer's folder must be found there, not at a play's run time."""
+    import re
+
+    named = {(str(p.relative_to(ROOT)), m) for p in ROOT.glob("roles/*/*/*.yml")
+             for m in re.findall(r"tools/a3rl/[\w/]+\.py", p.read_text())}
+    assert any("hydra_check" in m for _, m in named)
+    missing = sorted((f, m) for f, m in named if not (ROOT / m).is_file())
+    assert not missing, f"roles name files that do not exist: {missing}"
