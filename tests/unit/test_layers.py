@@ -1,8 +1,11 @@
 """The node-side layer, tools/a3rl/node/: the files plugins/module_utils links to are
 carried to the nodes inside AnsiballZ payloads and run with the node's own Python, so they
 may import only the standard library (and nothing of the a3rl package either: a module
-cannot import what is not shipped with it). The whole subpackage is held to that, linked
-or not, and every link points into it."""
+cannot import what is not shipped with it). The one exception is a sibling imported in
+two steps, ``ansible.module_utils.a3rl_<x>`` (packed into the payload with the module)
+and, when that fails, ``a3rl.node.<x>`` (the controller and the tests): node/common.py
+is shared that way. The whole subpackage is held to that, linked or not, and every link
+points into it."""
 
 from __future__ import annotations
 
@@ -79,10 +82,55 @@ def test_every_node_side_module_is_linked_for_the_nodes():
                           " link it (a3rl_<name>.py) or move it to the controller side")
 
 
+def sibling_imports(path: Path) -> tuple[set[str], list[str]]:
+    """The node-side siblings ``path`` imports in two steps (``try: from
+    ansible.module_utils.a3rl_<x> import names`` / ``except ImportError: from a3rl.node.<x>
+    import`` the same names), and a sentence for each import of ``ansible`` or ``a3rl``
+    that is not part of such a pair."""
+    tree = ast.parse(path.read_text(), str(path))
+    pairs: set[str] = set()
+    paired: set[int] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Try):
+            continue
+        tried = [n for n in node.body if isinstance(n, ast.ImportFrom)
+                 and (n.module or "").startswith("ansible.module_utils.a3rl_")]
+        handlers = [h for h in node.handlers if isinstance(h.type, ast.Name)
+                    and h.type.id in ("ImportError", "ModuleNotFoundError")]
+        if not tried or not handlers:
+            continue
+        fallback = [n for h in handlers for n in h.body if isinstance(n, ast.ImportFrom)]
+        for t in tried:
+            name = t.module.removeprefix("ansible.module_utils.a3rl_")
+            names = sorted((a.name, a.asname) for a in t.names)
+            for f in fallback:
+                if (f.module == f"a3rl.node.{name}"
+                        and sorted((a.name, a.asname) for a in f.names) == names
+                        and (NODE_DIR / f"{name}.py").is_file()):
+                    pairs.add(name)
+                    paired |= {id(t), id(f)}
+    problems = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and id(node) not in paired and (
+                (node.module or "").split(".")[0] in ("ansible", "a3rl")):
+            problems.append(f"line {node.lineno}: from {node.module} import ... is not half of"
+                            " a try ansible.module_utils.a3rl_<x> / except ImportError"
+                            " a3rl.node.<x> pair importing the same names from a sibling")
+        if isinstance(node, ast.Import) and any(
+                a.name.split(".")[0] in ("ansible", "a3rl") for a in node.names):
+            problems.append(f"line {node.lineno}: import {node.names[0].name}")
+    return pairs, problems
+
+
 @pytest.mark.parametrize("path", NODE_SIDE, ids=lambda p: p.name)
 def test_node_side_code_imports_only_the_standard_library(path):
     optional = {mod for (name, mod) in OPTIONAL if name == path.name}
-    extra = imports(path) - ALLOWED - optional - PROGRAMS.get(path.name, set())
+    program = PROGRAMS.get(path.name, set())
+    pairs, problems = sibling_imports(path)
+    if not program:
+        assert not problems, f"tools/a3rl/node/{path.name}: " + "; ".join(problems)
+    siblings = {"ansible", "a3rl"} if pairs else set()
+    extra = imports(path) - ALLOWED - optional - program - siblings
     # a program tries the tree's names only where their absence is caught
     extra |= imports(path, guarded=False) & PROGRAMS.get(path.name, set()) & {"a3rl"}
     # an optional client is allowed only where its absence is caught
@@ -90,6 +138,22 @@ def test_node_side_code_imports_only_the_standard_library(path):
     assert not extra, (f"tools/a3rl/node/{path.name} runs on the nodes (through "
                        f"plugins/module_utils) but imports {sorted(extra)}: keep it to the "
                        "standard library, or move that code to the controller side")
+
+
+def test_the_sibling_check_accepts_only_the_two_step_pair(tmp_path):
+    f = tmp_path / "x.py"
+    pair = ("try:\n    from ansible.module_utils.a3rl_common import git\n"
+            "except ImportError:\n    from a3rl.node.common import git\n")
+    f.write_text(pair)
+    assert sibling_imports(f) == ({"common"}, [])
+    f.write_text(pair.replace("a3rl.node.common import git", "a3rl.node.common import sha256_file"))
+    assert sibling_imports(f)[0] == set() and len(sibling_imports(f)[1]) == 2
+    f.write_text(pair.replace("a3rl_common", "a3rl_nothing").replace("node.common", "node.nothing"))
+    assert sibling_imports(f)[0] == set()
+    f.write_text("from ansible.module_utils.a3rl_common import git\n")
+    assert sibling_imports(f)[1]
+    f.write_text("from a3rl.planning import plan\n")
+    assert sibling_imports(f)[1]
 
 
 def test_the_import_check_sees_late_and_relative_imports(tmp_path):

@@ -44,6 +44,13 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
+try:  # inside a module's payload on a node
+    from ansible.module_utils.a3rl_common import CHUNK as _CHUNK
+    from ansible.module_utils.a3rl_common import git, sha256_file
+except ImportError:  # the controller and the tests
+    from a3rl.node.common import CHUNK as _CHUNK
+    from a3rl.node.common import git, sha256_file
+
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
 KINDS = ("git", "http", "file", "modelscope", "wheelhouse")
@@ -58,7 +65,6 @@ _PIN_IDENTITY = {
     "GIT_COMMITTER_EMAIL": "a3rl@localhost",
     "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
 }
-_CHUNK = 1 << 20
 
 
 class ArtifactError(Exception):
@@ -66,14 +72,6 @@ class ArtifactError(Exception):
 
 
 # ---------------------------------------------------------------------------- helpers
-
-
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def spec_digest(spec: dict[str, Any]) -> str:
@@ -378,17 +376,7 @@ def intact(store: str, entry: dict[str, Any], rehash: bool = False) -> str | Non
 def _git(
     args: list[str], cwd: str | None = None, env: dict[str, str] | None = None, check: bool = True
 ) -> subprocess.CompletedProcess:
-    full_env = dict(os.environ)
-    full_env.update({"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1"})
-    if env:
-        full_env.update(env)
-    proc = subprocess.run(
-        ["git", "-c", "protocol.file.allow=always", *args],
-        cwd=cwd,
-        env=full_env,
-        capture_output=True,
-        text=True,
-    )
+    proc = git(args, cwd=cwd, env=env, config=("protocol.file.allow=always",))
     if check and proc.returncode != 0:
         raise ArtifactError(f"git {' '.join(args)}: {proc.stderr.strip() or proc.stdout.strip()}")
     return proc

@@ -44,6 +44,11 @@ import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
+try:  # inside a module's payload on a node
+    from ansible.module_utils.a3rl_common import git_env
+except ImportError:  # the controller and the tests
+    from a3rl.node.common import git_env
+
 __all__ = [
     "PRISTINE_REF",
     "STAGED_REF",
@@ -75,17 +80,6 @@ _GIT_CONFIG = (
     "apply.whitespace=nowarn",
     "core.quotepath=false",
     "core.fsmonitor=false",
-)
-# Inherited variables that would point git at another repository, index or odb.
-_GIT_ENV_DROP = (
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_INDEX_FILE",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-    "GIT_NAMESPACE",
-    "GIT_PREFIX",
-    "GIT_COMMON_DIR",
 )
 
 
@@ -342,19 +336,8 @@ class _Git:
 
     def __init__(self, workdir: str) -> None:
         self.workdir = workdir
-        env = {k: v for k, v in os.environ.items() if k not in _GIT_ENV_DROP}
-        env.update(
-            {
-                "LC_ALL": "C",
-                "LANGUAGE": "C",
-                "GIT_CONFIG_NOSYSTEM": "1",
-                "GIT_PAGER": "cat",
-                "PAGER": "cat",
-                "GIT_TERMINAL_PROMPT": "0",
-                "GIT_OPTIONAL_LOCKS": "0",
-            }
-        )
-        self.env = env
+        self.env = git_env({"LANGUAGE": "C", "GIT_PAGER": "cat", "PAGER": "cat",
+                            "GIT_OPTIONAL_LOCKS": "0"})
 
     def run(
         self,

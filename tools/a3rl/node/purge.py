@@ -38,15 +38,18 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from typing import Any
+
+try:  # inside a module's payload on a node
+    from ansible.module_utils.a3rl_common import git
+except ImportError:  # the controller and the tests
+    from a3rl.node.common import git
 
 STAMP_SUFFIX = ".sha256"
 # The patched tree a3rl.node.patch_series switched the working directory to.
 SERIES_STATE = os.path.join("a3rl", "series.json")
 # Refs the project writes; any other ref in a tree's repository is someone's own work.
 OWN_REF_PREFIXES = ("refs/a3rl/", "refs/remotes/")
-_GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C"}
 _STAMP = re.compile(r"^[0-9a-f]{64}  (\d+)  \d+\n?$")
 KINDS = ("stamped", "tree", "files")
 
@@ -87,8 +90,7 @@ def _bytes(path: str) -> int:
 
 def _git(path: str, args: list[str], stdin: str | None = None) -> str | None:
     """git's output in ``path``, or None when it fails."""
-    proc = subprocess.run(["git", "-C", path, *args], capture_output=True, input=stdin,
-                          text=True, env={**os.environ, **_GIT_ENV})
+    proc = git(["-C", path, *args], stdin=stdin)
     return proc.stdout if proc.returncode == 0 else None
 
 

@@ -30,6 +30,11 @@ import subprocess
 import tempfile
 from typing import Any
 
+try:  # inside a module's payload on a node
+    from ansible.module_utils.a3rl_common import git, sha256_file
+except ImportError:  # the controller and the tests
+    from a3rl.node.common import git, sha256_file
+
 PRISTINE_REF = "refs/a3rl/pristine"
 # A composition the patch series has not been applied to yet (see build_workdir).
 STAGED_REF = "refs/a3rl/staged"
@@ -55,31 +60,13 @@ def _git(
     check: bool = True,
     stdin: str | None = None,
 ) -> subprocess.CompletedProcess:
-    full = dict(os.environ)
-    full.update({"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1"})
-    full.update(env or {})
-    proc = subprocess.run(
-        ["git", "-c", "protocol.file.allow=always", "-c", "core.autocrlf=false", *args],
-        cwd=cwd,
-        env=full,
-        input=stdin,
-        capture_output=True,
-        text=True,
-    )
+    proc = git(args, cwd=cwd, env=env, stdin=stdin,
+               config=("protocol.file.allow=always", "core.autocrlf=false"))
     if check and proc.returncode != 0:
         raise StageError(
             f"git {' '.join(args)} (in {cwd}): {proc.stderr.strip() or proc.stdout.strip()}"
         )
     return proc
-
-
-def _sha256(path: str) -> str:
-    # Not a3rl.files.sha256_file: module_utils carried to a node must stand alone.
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # ------------------------------------------------------------------------ file copies
@@ -190,7 +177,7 @@ def check_files(
             verified.append(f["path"])
             continue
         if verify and size == f["size"]:
-            if _sha256(path) == f["sha256"]:
+            if sha256_file(path) == f["sha256"]:
                 os.makedirs(os.path.dirname(stamp), exist_ok=True)
                 with open(stamp + ".tmp", "w") as s:
                     s.write(want)

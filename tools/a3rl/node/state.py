@@ -36,6 +36,11 @@ import stat as st_mod
 import subprocess
 from typing import Any
 
+try:  # inside a module's payload on a node
+    from ansible.module_utils.a3rl_common import sha256_file
+except ImportError:  # the controller and the tests
+    from a3rl.node.common import sha256_file
+
 VERSION = 1
 KINDS = ("files", "git", "units", "containers", "images", "engine", "commands")
 _ENV = {"LC_ALL": "C", "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -70,11 +75,7 @@ def observe_file(path: str) -> dict[str, Any]:
     seen: dict[str, Any] = {"type": kind, "mode": oct(st.st_mode & 0o7777),
                             "uid": st.st_uid, "gid": st.st_gid}
     if kind == "file":
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        seen["sha256"] = h.hexdigest()
+        seen["sha256"] = sha256_file(path)
     elif kind == "link":
         seen["target"] = os.readlink(path)
     return seen
