@@ -30,6 +30,7 @@ from a3rl.node import fanout, stage
 
 TOKEN = "t0ken-for-the-tests"
 RUN = "testrun"
+PORT = 29999  # any free-looking port: these plans are not run
 SRC = Path(fanout.__file__)
 
 
@@ -154,7 +155,7 @@ def test_plan_chains_the_nodes_that_need_files_in_play_order():
 def test_plan_streams_each_file_from_the_smallest_partial_offset():
     nodes = [node(0, ["a.bin"], {"a.bin": 600}), node(1, ["a.bin", "b.bin"], {"a.bin": 250}),
              node(2, ["b.bin"], {"b.bin": 100})]
-    p = fanout.plan(nodes, FILES)
+    p = fanout.plan(nodes, FILES, port=PORT)
     assert [(f["path"], f["offset"], f["last"]) for f in p["files"]] == [
         ("a.bin", 250, 1), ("b.bin", 0, 2)]
     assert p["stream_bytes"] == 750 + 500
@@ -163,20 +164,21 @@ def test_plan_streams_each_file_from_the_smallest_partial_offset():
 
 def test_plan_uses_the_star_when_the_chain_is_not_worth_it():
     two = [node(0, ["a.bin"]), node(1, ["a.bin"])]
-    assert fanout.plan(two, FILES, mode="star")["reason"] == "artifact_store_fanout is star"
-    one = fanout.plan([node(0, ["a.bin"]), node(1)], FILES)
+    star = fanout.plan(two, FILES, mode="star", port=PORT)
+    assert star["reason"] == "artifact_store_fanout is star"
+    one = fanout.plan([node(0, ["a.bin"]), node(1)], FILES, port=PORT)
     assert (one["mode"], one["reason"]) == ("star", "only node1 needs files")
-    small = fanout.plan(two, FILES, min_bytes=1001)
+    small = fanout.plan(two, FILES, min_bytes=1001, port=PORT)
     assert small["mode"] == "star" and "below artifact_store_fanout_min_bytes" in small["reason"]
-    assert fanout.plan(two, FILES, min_bytes=1000)["mode"] == "chain"
-    none = fanout.plan([node(0), node(1)], FILES)
+    assert fanout.plan(two, FILES, min_bytes=1000, port=PORT)["mode"] == "chain"
+    none = fanout.plan([node(0), node(1)], FILES, port=PORT)
     assert none["mode"] == "none" and none["files"] == []
 
 
 def test_plan_deadline_grows_with_the_stream():
     two = [node(0, ["a.bin"]), node(1, ["a.bin"])]
     p = fanout.plan(two, [dict(FILES[0], size=10**9)], connect_timeout=30, io_timeout=20,
-                    min_rate=10e6)
+                    min_rate=10e6, port=PORT)
     assert p["deadline"] == 2 * 30 + 20 + 100
 
 
@@ -191,7 +193,7 @@ def test_plan_deadline_grows_with_the_stream():
 ])
 def test_plan_refuses_bad_settings_naming_the_host(kw, nodes, message):
     with pytest.raises(fanout.FanoutError, match=message.replace(".", r"\.")):
-        fanout.plan(nodes, FILES, **kw)
+        fanout.plan(nodes, FILES, **{"port": PORT, **kw})
 
 
 # ------------------------------------------------------------------------------ hellos
@@ -716,9 +718,11 @@ def test_the_chain_port_is_not_blocked_or_taken_by_ray_hccl_or_ephemeral_ports()
     range (an outgoing connection could hold it)."""
     from a3rl.planning import ray
 
-    port = _yaml("roles/artifact_store/defaults/main.yml")["artifact_store_fanout_port"]
-    rd = _yaml("roles/ray_cluster/defaults/main.yml")
     cl = _yaml("group_vars/all/cluster.yml")
+    assert _yaml("roles/artifact_store/defaults/main.yml")[
+        "artifact_store_fanout_port"] == "{{ a3rl_fanout_port }}"
+    port = cl["a3rl_fanout_port"]
+    rd = _yaml("roles/ray_cluster/defaults/main.yml")
     resolved = {k: (cl[v.strip("{} ")] if isinstance(v, str) and v.startswith("{{") else v)
                 for k, v in rd.items() if k.startswith("ray_cluster_") and k.endswith("_port")}
     names = ("gcs", "dashboard", "client_server", "node_manager", "object_manager",
@@ -726,9 +730,8 @@ def test_the_chain_port_is_not_blocked_or_taken_by_ray_hccl_or_ephemeral_ports()
              "metrics_export", "min_worker", "max_worker")
     ray_ports = ray.ports({n: resolved[f"ray_cluster_{n}_port"] for n in names})
     taken = [p if isinstance(p, tuple) else (p, p) for p in ray_ports]
-    hccl = _yaml("roles/recipe_env/defaults/main.yml")
-    base = int(hccl["recipe_env_hccl"]["HCCL_IF_BASE_PORT"])
-    taken.append((base, base + int(hccl["recipe_env_hccl_port_count"]) - 1))
+    base = int(cl["a3rl_hccl_base_port"])
+    taken.append((base, base + int(cl["a3rl_hccl_port_count"]) - 1))
     taken.append((32768, 60999))  # net.ipv4.ip_local_port_range's default
     assert not [t for t in taken if t[0] <= port <= t[1]], (port, taken)
 

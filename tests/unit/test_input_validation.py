@@ -413,7 +413,7 @@ def test_fanout_settings_are_refused_by_name_not_a_traceback(kwargs, needle):
 
     files = [{"path": "a.bin", "sha256": "a" * 64, "size": 10}]
     with pytest.raises(fanout.FanoutError, match=re.escape(needle)):
-        fanout.plan(_fan_nodes("node1", "node2"), files, **kwargs)
+        fanout.plan(_fan_nodes("node1", "node2"), files, **{"port": 29999, **kwargs})
 
 
 def test_a_fanout_plan_with_a_negative_size_or_a_node_twice_is_refused():
@@ -421,9 +421,9 @@ def test_a_fanout_plan_with_a_negative_size_or_a_node_twice_is_refused():
 
     files = [{"path": "a.bin", "sha256": "a" * 64, "size": 10}]
     with pytest.raises(fanout.FanoutError, match="names node1 more than once"):
-        fanout.plan(_fan_nodes("node1", "node2", "node1"), files)
+        fanout.plan(_fan_nodes("node1", "node2", "node1"), files, port=29999)
     with pytest.raises(fanout.FanoutError, match="size -5 is not a whole number"):
-        fanout.plan(_fan_nodes("node1", "node2"), [{**files[0], "size": -5}])
+        fanout.plan(_fan_nodes("node1", "node2"), [{**files[0], "size": -5}], port=29999)
 
 
 @pytest.mark.parametrize(("name", "value"), [

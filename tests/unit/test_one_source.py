@@ -26,28 +26,16 @@ OWNED: dict[int, tuple[str, str, str | None]] = {
     16: ("group_vars/all/cluster.yml", "npus_per_node", r"(?i)npus?\b|npus?_|devices_per_node"),
     29444: ("group_vars/all/cluster.yml", "a3rl_ray_gcs_port", None),
     8260: ("group_vars/all/cluster.yml", "a3rl_ray_dashboard_port", None),
-    29470: ("roles/artifact_store/defaults/main.yml", "artifact_store_fanout_port", None),
-    64021: ("roles/recipe_env/defaults/main.yml", "recipe_env_hccl.HCCL_IF_BASE_PORT", None),
-    32: ("roles/recipe_env/defaults/main.yml", "recipe_env_hccl_port_count", r"port_count"),
+    29470: ("group_vars/all/cluster.yml", "a3rl_fanout_port", None),
+    64021: ("group_vars/all/cluster.yml", "a3rl_hccl_base_port", None),
+    32: ("group_vars/all/cluster.yml", "a3rl_hccl_port_count", r"port_count"),
     **{port: ("roles/ray_cluster/defaults/main.yml", f"ray_cluster_*_port ({port})", None)
        for port in (10001, 10002, 19999, *range(29450, 29456))},
 }
 
 # Restatements still to remove, each with what stands in the way. The test fails when one
-# is gone too, so that this list only shrinks.
-KNOWN: dict[tuple[str, int], str] = {
-    ("roles/ray_cluster/defaults/main.yml", 64021): "the ray play does not load recipe_env; "
-    "moving the value to group_vars/all needs a3rl.planning.drift.project_vars and test_fanout to "
-    "resolve nested references",
-    ("roles/ray_cluster/defaults/main.yml", 32): "as 64021",
-    ("roles/ray_cluster/defaults/main.yml", 29470): "the ray play does not load "
-    "artifact_store; test_fanout reads the literal from artifact_store's defaults",
-    ("tools/a3rl/node/fanout.py", 29470): "plan()'s port default; callers in test_fanout "
-    "omit it",
-    ("plugins/filter/a3rl_fanout.py", 29470): "the filter's port default (its caller passes "
-    "artifact_store_fanout_port)",
-    ("tools/a3rl/planning/drift.py", 16): "project_cluster_env's fallback for npus_per_node",
-}
+# is gone too, so that this list only shrinks (it is empty: keep it so).
+KNOWN: dict[tuple[str, int], str] = {}
 
 
 def scanned(root: Path) -> list[Path]:

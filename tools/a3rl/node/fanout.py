@@ -123,8 +123,9 @@ def _needs(node: dict[str, Any]) -> list[str]:
 def plan(
     nodes: list[dict[str, Any]],
     files: list[dict[str, Any]],
+    *,
+    port: int,
     mode: str = "chain",
-    port: int = 29470,
     min_bytes: int = 0,
     run: str = "",
     socket_dir: str = SOCKET_DIR,

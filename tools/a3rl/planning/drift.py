@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from a3rl.planning import plan as plans
+from a3rl.planning import rolevars
 
 # Commands replaced by recorders: anything a recipe script runs that is not a harmless
 # text tool. An unknown command is recorded too (bash's command_not_found_handle).
@@ -354,7 +355,7 @@ def project_cluster_env(v: Mapping[str, Any]) -> dict[str, str]:
     env["ASCEND_TOOLKIT_HOME"] = home
     env["ASCEND_HOME_PATH"] = os.path.dirname(home)
     env["MASTER_PORT"] = str(v.get("recipe_env_master_port", v.get("a3rl_ray_gcs_port", "")))
-    env["NPUS_PER_NODE"] = str(v.get("npus_per_node", 16))
+    env["NPUS_PER_NODE"] = str(v.get("npus_per_node") or rolevars.npus_per_node())
     return env
 
 
@@ -696,7 +697,8 @@ def project_vars(root: Path, **given: Any) -> dict[str, Any]:
     """The variables a play would see for drift, read from the project at ``root``:
     ``group_vars/all/*.yml``, then the defaults of the roles whose variables drift
     compares (recipe_env, ray_cluster, frameworks), then ``given``. A value that is only
-    a reference to another variable (``{{ a3rl_ray_gcs_port }}``) is resolved; other
+    a reference to another variable (``{{ a3rl_ray_gcs_port }}``, also as a mapping's
+    value: recipe_env_hccl's HCCL_IF_BASE_PORT) is resolved; other
     templates stay as text, so pass such values (paths) in ``given``."""
     import yaml
 
@@ -708,11 +710,17 @@ def project_vars(root: Path, **given: Any) -> dict[str, Any]:
         for key, val in (yaml.safe_load(defaults.read_text()) or {}).items():
             v.setdefault(key, val)
     v.update(given)
+
+    def resolved(key: str, val: Any) -> Any:
+        m = _REF.fullmatch(val.strip()) if isinstance(val, str) else None
+        return v[m.group(1)] if m and m.group(1) in v and m.group(1) != key else val
+
     for _ in range(3):
         for key, val in v.items():
-            m = _REF.fullmatch(val.strip()) if isinstance(val, str) else None
-            if m and m.group(1) in v and m.group(1) != key:
-                v[key] = v[m.group(1)]
+            if isinstance(val, dict):  # recipe_env_hccl's HCCL_IF_BASE_PORT, one level down
+                v[key] = {k: resolved(key, x) for k, x in val.items()}
+            else:
+                v[key] = resolved(key, val)
     return v
 
 

@@ -802,6 +802,9 @@ def _hccl_span(hv: Mapping[str, Any], defaults: Mapping[str, Any]
         return None, None
     count_v, _ = _setting(hv, "recipe_env_hccl_port_count", defaults)
     base_v = hccl.get("HCCL_IF_BASE_PORT")
+    ref = _VAR_REF.fullmatch(base_v) if isinstance(base_v, str) else None
+    if ref:  # the role's default names the cluster-wide value
+        base_v, _ = _setting(hv, ref.group(1), defaults)
     base, count = whole_number(base_v), whole_number(count_v)
     if base is None or count is None or count < 1 or base < 1024 or base + count - 1 > 65535:
         return None, (f"recipe_env_hccl.HCCL_IF_BASE_PORT {base_v!r} with "
