@@ -213,7 +213,7 @@ def test_ray_head_killed_during_a_job(provisioned, intact, record_property):
     # The STAND-IN trainer (not real verl on CPU): its steps come within seconds.
     run = Background(TRAIN, sim.inventory_dir, {
         "algo": "grpo", "overrides": ["trainer.total_training_steps=30"],
-        "train_job_poll": 2, "train_job_timeout": 45, "train_job_sim_cpu_profile": False})
+        "train_job_poll": 2, "train_job_timeout": 45, "a3rl_sim_real_verl": False})
     job = wait_for("the job running", lambda: next(
         (j for j in jobs(sim) if j.get("status") == "RUNNING"
          and "trainer.total_training_steps=30" in j.get("entrypoint", "")), None), 180)
@@ -241,7 +241,7 @@ def test_ray_head_killed_during_a_job(provisioned, intact, record_property):
     # stop action stops the supervisor first), and no job of it runs into the next test.
     stopped = play(TRAIN, sim.inventory_dir, extravars={
         "algo": "grpo", "overrides": ["trainer.total_training_steps=30"],
-        "train_job_sim_cpu_profile": False, "train_job_action": "stop"})
+        "a3rl_sim_real_verl": False, "train_job_action": "stop"})
     assert stopped.ok, failure_text(stopped)
     assert not [j for j in jobs(sim) if j.get("status") in ("PENDING", "RUNNING")], jobs(sim)
 

@@ -172,7 +172,7 @@ def test_training_refuses_to_submit_on_a_broken_network(restore):
     # own, not followed), which is then stopped.
     # The STAND-IN trainer: this test is about the network check, not about verl.
     own = {"algo": "grpo", "overrides": ["trainer.total_training_steps=3"],
-           "train_job_sim_cpu_profile": False}
+           "a3rl_sim_real_verl": False}
     skipped = play("playbooks/train.yml", sim.inventory_dir,
                    extravars={**own, "npu_network_check": False, "train_job_follow": False})
     assert skipped.ok, failure_text(skipped)

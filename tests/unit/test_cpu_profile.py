@@ -386,7 +386,7 @@ def test_the_job_submitted_on_the_simulator_is_the_one_submitted_before(tmp_path
 
 
 def test_the_simulators_switch_turns_the_profile_off_and_a_standin_cluster_has_none(tmp_path):
-    assert _inventory_profile(tmp_path, train_job_sim_cpu_profile=False) == {}
+    assert _inventory_profile(tmp_path, a3rl_sim_real_verl=False) == {}
     assert _inventory_profile(tmp_path, real_verl=False) == {}
     job = real()
     assert not _filters()["a3rl_job_profile_applies"](job, {})

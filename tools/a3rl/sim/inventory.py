@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 HEADER = "# Written by `a3rl sim up`; rewritten on every up, removed by `a3rl sim down`.\n"
 # train_job's job profile on the simulator: the CPU profile unless the play turns it off.
-PROFILE_SWITCH = "{{ a3rl_sim_cpu_profile if train_job_sim_cpu_profile | bool else {} }}"
+PROFILE_SWITCH = "{{ a3rl_sim_cpu_profile if a3rl_sim_real_verl | bool else {} }}"
 
 
 # The simulated NPU ports' addresses: 10.214.<the cluster subnet's third octet>.0/24,
@@ -130,9 +130,9 @@ def group_vars(cluster: Cluster, packages: Mapping[str, Path] | None = None,
         # (a3rl.sim.cpu_profile), with the CPU stand-in layer, in the real-verl image layer
         # (a cluster made with trainer="standin" has no such layer: the stand-in trainer).
         # The profile is data, a job profile train_job applies as it would a site's
-        # (a3rl.planning.job_profile); -e train_job_sim_cpu_profile=false turns it off for a play.
+        # (a3rl.planning.job_profile); -e a3rl_sim_real_verl=false turns it off for a play.
         "a3rl_sim_cpu_profile": cpu_profile.profile(),
-        "train_job_sim_cpu_profile": real_verl,
+        "a3rl_sim_real_verl": real_verl,
         "train_job_profile": PROFILE_SWITCH,
         # Real verl on CPU counts logical GPUs and reserves a custom `cpu` resource per
         # worker (one per node); two logical CPUs per node fit a worker beside verl's
