@@ -18,7 +18,9 @@ def _ids() -> list[str]:
     return sorted(c["Id"] for c in podman.containers(f"{cluster.LABEL}={NAME}"))
 
 
-def test_up_status_reuse_down(capsys):
+def test_up_status_reuse_down(capfd):
+    # `a3rl sim` runs the simulator as a program of its own (python -m a3rl.sim): its
+    # output reaches file descriptor 1, not sys.stdout, hence capfd.
     assert main(["sim", "up", "--name", NAME, "--nodes", "1"]) == 0
     first = _ids()
     assert len(first) == 1
@@ -27,14 +29,14 @@ def test_up_status_reuse_down(capsys):
     assert c.known_hosts.read_text().count(c.members()[0].ip) == 3  # rsa, ecdsa, ed25519
 
     # A second up changes nothing: same containers, image reused, not rebuilt.
-    capsys.readouterr()
+    capfd.readouterr()
     assert main(["sim", "up", "--name", NAME, "--nodes", "1"]) == 0
-    out = capsys.readouterr().out
+    out = capfd.readouterr().out
     assert "reused" in out and "building" not in out
     assert _ids() == first
 
     assert main(["sim", "status", "--name", NAME]) == 0
-    assert "node1" in capsys.readouterr().out
+    assert "node1" in capfd.readouterr().out
 
     # (site.yml --check on such a fresh 1-node cluster, which passes and changes nothing:
     # test_check_mode.py::test_site_check_mode_on_a_fresh_cluster_reports_what_it_would_do,
