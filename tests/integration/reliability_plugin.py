@@ -238,7 +238,9 @@ def render(rows: list[dict[str, Any]], when: str, full: bool) -> str:
         "## Bad input",
         "",
         "Each case is refused before any node changes: the play fails, reports `changed=0`, "
-        "and every node is as before.",
+        "and every node is as before. Preflight's inventory check names every problem at "
+        "once, so its cases run up to ten to a play; each such row quotes the line of that "
+        "play's message that is its own (`test_bad_input.claimed_lines`).",
         "",
         "| input | refused by | result | message (excerpt) | test |",
         "| --- | --- | --- | --- | --- |",

@@ -516,11 +516,50 @@ CASES: dict[str, Case] = {
 }
 
 
+# Preflight's inventory check names every problem of the inventory at once (one task, a
+# line per problem), so its cases run GROUP_SIZE at a time: one site.yml on an inventory
+# that carries every edit of the group, instead of a play each (about 5 s of a loaded
+# machine per play). A grouped case passes only as it would alone: the play fails,
+# changed=0, the nodes unchanged, and a line of the message holds every one of its
+# needles and not every needle of another case of the group (claimed_lines). A case
+# without such a line (its edit undone by another's, or a line that fits two cases) runs
+# alone.
+GROUP_SIZE = 10
+GROUPED = "preflight (inventory)"
+
+
+def _groups() -> dict[str, tuple[str, ...]]:
+    names = [n for n, c in CASES.items() if c.refused_by == GROUPED and c.playbook == SITE
+             and c.edit and not c.extravars and not c.needs_driver]
+    chunks = [tuple(names[i:i + GROUP_SIZE]) for i in range(0, len(names), GROUP_SIZE)]
+    return {n: chunk for chunk in chunks if len(chunk) > 1 for n in chunk}
+
+
+GROUP_OF = _groups()
+
+
+def claimed_lines(needles: dict[str, tuple[str, ...]], lines: list[str]) -> dict[str, str]:
+    """Each case's own line: one that holds every needle of the case and not every needle
+    of any other case of the group. A case with no such line is absent from the answer
+    (it runs alone): with its rule gone, the only line that holds its needles would be
+    another case's, which then fits both and is nobody's."""
+    def fits(ns: tuple[str, ...], line: str) -> bool:
+        return all(x in line for x in ns)
+
+    out = {}
+    for name, ns in needles.items():
+        own = [line for line in lines if fits(ns, line)
+               and not any(fits(other, line) for o, other in needles.items() if o != name)]
+        if own:
+            out[name] = own[0]
+    return out
+
+
 @pytest.fixture(scope="module")
 def unchanged(sim):
     """The module's "before" state, taken once after the change marker is set: the changes
     since the mark (none, or what was already settling then), which each case compares."""
-    return {"state": _mark(sim)}
+    return {"state": _mark(sim), "groups": {}}
 
 
 def _mark(sim) -> dict:
@@ -548,37 +587,74 @@ def _excerpt(text: str, needle: str, limit: int = 400) -> str:
     return text[text.rfind("\n", 0, at) + 1:][:limit]
 
 
+def _run(sim, unchanged, tmp_path: Path, names: tuple[str, ...]) -> dict:
+    """One play with the edits and extra vars of ``names``: its result, its failure text
+    and whether the nodes are as they were."""
+    first = CASES[names[0]]
+    inventory = sim.inventory_dir
+    applied = []
+    if any(CASES[n].edit for n in names):
+        inventory = tmp_path / ("inventory" if len(names) == 1 else "group-inventory")
+        shutil.copytree(sim.inventory_dir, inventory)
+        for n in names:
+            if len(names) == 1:
+                CASES[n].edit(inventory, sim)
+            else:
+                try:  # an edit that an earlier one made impossible (node2 moved): alone
+                    CASES[n].edit(inventory, sim)
+                except (KeyError, TypeError, AttributeError):
+                    continue
+            applied.append(n)
+    result = play(first.playbook, inventory, extravars=first.extravars)
+    after = changes(sim)
+    before = unchanged["state"]
+    if after != before:
+        unchanged["state"] = _mark(sim)  # the next case starts clean
+    return {"result": result, "text": failure_text(result), "same": after == before,
+            "diff": "" if after == before else _diff(before, after), "applied": applied}
+
+
+def _grouped(sim, unchanged, tmp_path: Path, name: str) -> tuple[dict, str] | None:
+    """The run of ``name``'s group and the line of its message that is the case's own, or
+    None when the case must run alone."""
+    group = GROUP_OF.get(name)
+    if not group:
+        return None
+    if group not in unchanged["groups"]:
+        ran = _run(sim, unchanged, tmp_path, group)
+        mine = claimed_lines({n: CASES[n].expect for n in ran["applied"]},
+                             ran["text"].splitlines())
+        unchanged["groups"][group] = (ran, mine)
+    ran, mine = unchanged["groups"][group]
+    return (ran, mine[name]) if name in mine else None
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_refused_before_any_node_changes(sim, unchanged, tmp_path, record_property, name):
     case = CASES[name]
     row(record_property, "bad_input", name, "refused, nodes unchanged",
         refused_by=case.refused_by)
-    inventory = sim.inventory_dir
     if case.needs_driver and any(
             podman.exec_(n.container, "test", "-f", "/usr/local/Ascend/driver/version.info",
                          check=False).returncode != 0 for n in sim.members()):
         driver = play("playbooks/npu_driver.yml", sim.inventory_dir)
         assert driver.ok, failure_text(driver)
         unchanged["state"] = _mark(sim)
-    if case.edit:
-        inventory = tmp_path / "inventory"
-        shutil.copytree(sim.inventory_dir, inventory)
-        case.edit(inventory, sim)
-    result = play(case.playbook, inventory, extravars=case.extravars)
-    text = failure_text(result)
+    grouped = _grouped(sim, unchanged, tmp_path, name)
+    ran, text = grouped if grouped else (_run(sim, unchanged, tmp_path, (name,)), None)
+    result = ran["result"]
+    text = ran["text"] if text is None else text
     row(record_property, "bad_input", name, "refused, nodes unchanged",
-        observed=_excerpt(text, case.expect[0]), refused_by=case.refused_by)
-    after = changes(sim)
-    before = unchanged["state"]
-    if after != before:
-        unchanged["state"] = _mark(sim)  # the next case starts clean
+        observed=(_excerpt(ran["text"], case.expect[0]) if grouped is None else
+                  f"(one play for {len(GROUP_OF[name])} inventory cases) {text}"),
+        refused_by=case.refused_by)
     assert not result.ok, f"{name}: accepted (rc 0)"
     for needle in case.expect:
         assert needle in text, f"{needle!r} not in:\n{text}"
     if case.host:
-        assert case.host in {h for h, _, _ in result.failures}, text
+        assert case.host in {h for h, _, _ in result.failures}, ran["text"]
     assert result.changed == 0, result.stats.get("changed")
-    assert after == before, f"{name} changed the nodes:\n{_diff(before, after)}"
+    assert ran["same"], f"{name} changed the nodes:\n{ran['diff']}"
 
 
 def _started_tasks(result) -> list[str]:
@@ -601,3 +677,13 @@ def test_a_bad_plan_is_refused_before_the_npu_network_check(sim, record_property
         refused_by="train plan")
     assert not result.ok and "unknown model 'qwen3_8b'" in failure_text(result)
     assert ran == []
+
+
+def test_a_case_claims_only_a_line_no_other_case_fits():
+    needles = {"a": ("x: 'bad'", "Fix:"), "b": ("y: 'bad'",), "c": ("x: 'bad'",)}
+    lines = ["n | t | x: 'bad'. Fix: z", "y: 'bad'. Fix: w"]
+    # c's needles are also on a's line: that line is nobody's, and c has no line of its own
+    assert claimed_lines(needles, lines) == {"b": "y: 'bad'. Fix: w"}
+    assert claimed_lines({"a": needles["a"], "b": needles["b"]}, lines) == {
+        "a": lines[0], "b": lines[1]}
+    assert claimed_lines({"a": needles["a"], "b": needles["b"]}, lines[1:]) == {"b": lines[1]}
