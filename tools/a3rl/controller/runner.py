@@ -157,9 +157,9 @@ def run_play(
     display: Any = None,
 ) -> PlayResult:
     """Run ``playbook`` and record it. ``display`` (from :mod:`a3rl.controller.progress`)
-    is fed every event as it happens; without one, ansible-playbook's own output is printed unless
-    ``quiet``. Whenever ansible-runner returns (a failed or cancelled play included), the
-    record is complete with its ``summary.json``."""
+    is fed every event as it happens; without one, ansible-playbook's own output is
+    printed unless ``quiet``. Whenever ansible-runner returns (a failed or cancelled play
+    included), the record is complete with its ``summary.json``."""
     import ansible_runner  # imported late: `a3rl sim` does not need it
 
     from a3rl.controller import runs

@@ -5,10 +5,10 @@ store's ``manifest.json`` like any artifact (name ``dataset:<name>``, every file
 its sha256 and size), so the nodes get it through the same verified distribution. Its
 record is keyed on what defines the output: the raw files' sha256, the converter
 (``a3rl.planning.converter_version.output_fingerprint``), the format and its parameters.
-A re-run with all
-of those unchanged and the outputs intact converts nothing; a converted file reaches
-the store only after it passed the schema check. Flawed raw items a converter dropped
-are in the record (``dropped``: count, of, positions, reasons).
+A re-run with all of those unchanged and the outputs intact converts nothing; a
+converted file reaches the store only after it passed the schema check. Flawed raw
+items a converter dropped are in the record (``dropped``: count, of, positions,
+reasons).
 """
 
 from __future__ import annotations
