@@ -385,8 +385,8 @@ CASES: dict[str, Case] = {
         "node1, node2: a3rl_data_root '/etc' is a folder of the operating system", "Fix:"),
         _group_vars(a3rl_data_root="/etc")),
     "a container name with a space": Case("preflight (inventory)", SITE, (
-        "node1, node2: training_container_name 'a3rl train' is not a container name",
-        "Fix:"), _group_vars(training_container_name="a3rl train")),
+        "node1, node2: a3rl_training_container_name 'a3rl train' is not a container name",
+        "Fix:"), _group_vars(a3rl_training_container_name="a3rl train")),
     "an artifact size with a unit": Case("preflight (controller)", SITE, (
         "controller: artifact qwen3_32b_config: size '10GB' is not a whole number of bytes",
         "Fix:"), _artifact("qwen3_32b_config", size="10GB")),

@@ -2,17 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
-
-
-def sha256_file(path: Path) -> str:
-    """sha256 of a file, read in 1 MiB chunks (images are hundreds of MB)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+from a3rl.node.common import sha256_file  # noqa: F401 - one implementation, node-side
 
 
 def human_bytes(n: int | str) -> str:

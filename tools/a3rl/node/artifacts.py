@@ -46,25 +46,15 @@ from typing import Any
 
 try:  # inside a module's payload on a node
     from ansible.module_utils.a3rl_common import CHUNK as _CHUNK
-    from ansible.module_utils.a3rl_common import git, sha256_file
+    from ansible.module_utils.a3rl_common import GIT_IDENTITY, git, sha256_file
 except ImportError:  # the controller and the tests
     from a3rl.node.common import CHUNK as _CHUNK
-    from a3rl.node.common import git, sha256_file
+    from a3rl.node.common import GIT_IDENTITY, git, sha256_file
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
 KINDS = ("git", "http", "file", "modelscope", "wheelhouse")
 PINNED_REF = "refs/a3rl/pinned"
-# Fixed identity and date for the commit that carries the cherry-picks, so the pinned
-# commit has the same id on every machine that makes it.
-_PIN_IDENTITY = {
-    "GIT_AUTHOR_NAME": "a3rl",
-    "GIT_AUTHOR_EMAIL": "a3rl@localhost",
-    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000",
-    "GIT_COMMITTER_NAME": "a3rl",
-    "GIT_COMMITTER_EMAIL": "a3rl@localhost",
-    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
-}
 
 
 class ArtifactError(Exception):
@@ -455,7 +445,7 @@ def _cherry_pick(repo: str, base: str, picks: list[str], label: str, message: st
             proc = _git(
                 ["cherry-pick", "-n", "-X", "theirs", pick],
                 cwd=work,
-                env=_PIN_IDENTITY,
+                env=GIT_IDENTITY,
                 check=False,
             )
             if proc.returncode != 0:
@@ -463,7 +453,7 @@ def _cherry_pick(repo: str, base: str, picks: list[str], label: str, message: st
                     f"{label}: cherry-pick -n -X theirs {pick} onto {base[:12]} failed: "
                     f"{proc.stderr.strip()}. Fix: pin a ref the cherry-pick applies to."
                 )
-        _git(["commit", "--quiet", "--allow-empty", "-m", message], cwd=work, env=_PIN_IDENTITY)
+        _git(["commit", "--quiet", "--allow-empty", "-m", message], cwd=work, env=GIT_IDENTITY)
         return _git(["rev-parse", "HEAD"], cwd=work).stdout.strip()
     finally:
         _git(["worktree", "remove", "--force", work], cwd=repo, check=False)

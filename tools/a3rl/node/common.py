@@ -37,9 +37,21 @@ GIT_ENV_DROP = (
 # Messages git prints in English (they are matched), no prompt for credentials (a node
 # has no terminal), no system-wide config (the node's /etc/gitconfig is not ours).
 GIT_ENV = {"LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1"}
+# Fixed identity and date for the commits a3rl makes itself (the pin's cherry-picks, the
+# staged composition and the patch series), so that each has the same id on every
+# machine that makes it.
+GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "a3rl",
+    "GIT_AUTHOR_EMAIL": "a3rl@localhost",
+    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000",
+    "GIT_COMMITTER_NAME": "a3rl",
+    "GIT_COMMITTER_EMAIL": "a3rl@localhost",
+    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
+}
 
 
-def sha256_file(path: str) -> str:
+def sha256_file(path: str | os.PathLike) -> str:
+    """sha256 of a file, read in CHUNK pieces (images and weights are hundreds of MB)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(CHUNK), b""):

@@ -31,22 +31,14 @@ import tempfile
 from typing import Any
 
 try:  # inside a module's payload on a node
-    from ansible.module_utils.a3rl_common import git, sha256_file
+    from ansible.module_utils.a3rl_common import GIT_IDENTITY, git, sha256_file
 except ImportError:  # the controller and the tests
-    from a3rl.node.common import git, sha256_file
+    from a3rl.node.common import GIT_IDENTITY, git, sha256_file
 
 PRISTINE_REF = "refs/a3rl/pristine"
 # A composition the patch series has not been applied to yet (see build_workdir).
 STAGED_REF = "refs/a3rl/staged"
 STAMP_SUFFIX = ".sha256"
-_IDENTITY = {
-    "GIT_AUTHOR_NAME": "a3rl",
-    "GIT_AUTHOR_EMAIL": "a3rl@localhost",
-    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000",
-    "GIT_COMMITTER_NAME": "a3rl",
-    "GIT_COMMITTER_EMAIL": "a3rl@localhost",
-    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
-}
 
 
 class StageError(Exception):
@@ -598,7 +590,7 @@ def build_workdir(
             f"{n} {commits[n]}\n" for n in sorted(commits)
         ) + (f"image {image} {built}\n" if image_sources else "") + f"inputs {digest}\n"
         commit = _git(
-            ["commit-tree", tree, "-m", message], cwd=workdir, env={**env, **_IDENTITY}
+            ["commit-tree", tree, "-m", message], cwd=workdir, env={**env, **GIT_IDENTITY}
         ).stdout.strip()
         result["commit"] = commit
         if commit == pristine:

@@ -501,7 +501,7 @@ ENV_SETTINGS = ("recipe_env_hccl", "recipe_env_torch", "recipe_env_runtime",
                 "recipe_env_logging", "recipe_env_extra")
 # Model profile keys, and the container every `docker exec` of a role names.
 MODEL_SETTINGS = ("a3rl_default_model", "recipe_env_model")
-CONTAINER_SETTING = re.compile(r"training_container_name|[a-z0-9_]+_container")
+CONTAINER_SETTING = re.compile(r"a3rl_training_container_name|[a-z0-9_]+_container")
 
 
 def _grouped(found: dict[tuple[str, str], list[str]]) -> list[str]:

@@ -100,7 +100,9 @@ def parser() -> argparse.ArgumentParser:
     up = simsub.add_parser("up", help="start (or reuse) a simulated cluster")
     up.add_argument("--nodes", type=int, default=2)
     up.add_argument("--subnet", default=None, help="IPv4 /24 for the node network")
-    up.add_argument("--npus", type=int, default=16, help="stand-in NPU devices per node")
+    up.add_argument("--npus", type=int, default=None,
+                    help="stand-in NPU devices per node (default: npus_per_node, "
+                         "group_vars/all/cluster.yml)")
     up.add_argument("--trainer", choices=("verl", "standin"), default="verl",
                     help="what GRPO runs run: real verl on CPU (the default; a 2.9 GB "
                          "image layer, built once per machine) or the stand-in trainer")

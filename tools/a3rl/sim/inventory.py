@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from a3rl.files import sha256_file
+from a3rl.planning import rolevars
 from a3rl.sim import cpu_profile, upstreams
 
 if TYPE_CHECKING:
@@ -65,10 +66,11 @@ def hosts(nodes: list[Node], device_plan: Mapping[str, list[str]] | None = None)
 
 
 def group_vars(cluster: Cluster, packages: Mapping[str, Path] | None = None,
-               cann_archive: CannArchive | None = None, npus: int = 16,
+               cann_archive: CannArchive | None = None, npus: int | None = None,
                real_verl: bool = True) -> dict:
     from a3rl.sim.cluster import SHARED_DIR  # cluster imports this module
 
+    npus = rolevars.npus_per_node() if npus is None else npus
     packages = packages or {}
     gv = {
         "ansible_user": "root",
@@ -206,7 +208,7 @@ def hub_repo(root: Path, spec: Mapping) -> Path:
 
 
 def write(cluster: Cluster, nodes: list[Node], packages: Mapping[str, Path] | None = None,
-          cann_archive: CannArchive | None = None, npus: int = 16,
+          cann_archive: CannArchive | None = None, npus: int | None = None,
           overrides: Mapping | None = None,
           device_ips: Mapping[str, list[str]] | None = None, real_verl: bool = True) -> None:
     inv = cluster.inventory_dir
