@@ -356,7 +356,7 @@ def test_bundle_round_trip_reaches_no_network(staged, tmp_path):
 
 
 def test_a_stager_node_fetches_and_the_controller_gets_its_store(staged, tmp_path):
-    """artifact_store_fetch_host: a node fetches (here from copies of the upstreams on
+    """a3rl_fetch_host: a node fetches (here from copies of the upstreams on
     it), the controller pulls its store and verifies it, the nodes stage from that."""
     up = upstreams.build()
     stager = staged.members()[0].container
@@ -364,7 +364,7 @@ def test_a_stager_node_fetches_and_the_controller_gets_its_store(staged, tmp_pat
     podman.run(["cp", str(up.root), f"{stager}:{up.root}"])
     store = tmp_path / "store"
     extravars = {
-        "artifact_store_fetch_host": staged.members()[0].hostname,
+        "a3rl_fetch_host": staged.members()[0].hostname,
         "artifact_store_stager_dir": "/var/cache/a3rl/stager-test",
         "artifact_store_groups": ["frameworks", "recipe"],
         "frameworks_install_requirements": False,
