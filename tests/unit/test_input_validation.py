@@ -714,7 +714,7 @@ def test_preflight_refuses_a_value_the_roles_spec_does_not_list(name, value, cho
     """A value a role's argument spec refuses only when the role starts (the Ray role at
     the end of site.yml) is refused by preflight, before any stage."""
     [msg] = pf.setting_problems(["node1"], {"node1": {name: value}})
-    assert msg.startswith(f"node1: {name} {value!r} is not one of {choices}: the role "), msg
+    assert msg.startswith(f"node1: {name} {value!r} is not one of {choices} (the role "), msg
     assert "Fix: set" in msg
 
 

@@ -674,10 +674,9 @@ def choice_problems(hv: Mapping[str, Any]) -> list[tuple[str, str]]:
         value, allowed = hv[name], {str(c) for c in choices}
         spelled = _YAML_BOOL[value] if isinstance(value, bool) else (str(value),)
         if value is None or not allowed.intersection(spelled):
-            out.append((name, f"{name} {value!r} is not one of {', '.join(map(str, choices))}: "
-                              f"the role {role} would refuse it only when it starts, after the "
-                              f"stages before it changed the nodes. Fix: set {name} to one of "
-                              "them (or drop it for the default)."))
+            out.append((name, f"{name} {value!r} is not one of {', '.join(map(str, choices))} "
+                              f"(the role {role} reads it). Fix: set {name} to one of them (or "
+                              "drop it for the default)."))
     return out
 
 
