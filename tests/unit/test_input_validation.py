@@ -768,10 +768,12 @@ def test_preflight_refuses_a_checkpoint_or_supervisor_folder_that_is_no_folder_o
     assert "Fix: set " in msg and "an absolute folder of its own, such as /" in msg
 
 
+@pytest.mark.parametrize("name", ["a3rl_supervise_dir", "a3rl_checkpoint_dir",
+                                  "npu_driver_stage_dir", "frameworks_src_dir"])
 @pytest.mark.parametrize("value", ["/tmp", "/tmp/a3rl", "/var/tmp/a3rl/supervise"])
-def test_the_supervisors_folder_is_not_in_a_world_writable_folder(value):
-    [msg] = pf.setting_problems(["node1"], {"node1": {"a3rl_supervise_dir": value}})
-    assert msg.startswith(f"node1: a3rl_supervise_dir {value!r} is ") and "Fix:" in msg
+def test_a_root_written_folder_is_not_in_a_world_writable_folder(name, value):
+    [msg] = pf.setting_problems(["node1"], {"node1": {name: value}})
+    assert msg.startswith(f"node1: {name} {value!r} is ") and "Fix:" in msg
     assert "every user may write to" in msg or "folder of the operating system" in msg
 
 
@@ -780,8 +782,13 @@ def test_good_checkpoint_and_supervisor_folders_pass():
         hv = {"a3rl_checkpoint_dir": value, "train_job_checkpoint_dir": value,
               "a3rl_supervise_dir": value}
         assert pf.setting_problems(["node1"], {"node1": hv}) == [], value
-    # Checkpoints may go below /tmp (a test cluster's); the supervisors' root state not.
-    assert pf.setting_problems(["node1"], {"node1": {"a3rl_checkpoint_dir": "/tmp/c"}}) == []
+    # A folder another play may set itself (a role default, not a cluster-wide value).
+    assert pf.setting_problems(["node1"], {"node1": {"artifact_store_node_dir": "/tmp/a"}}) \
+        == ["node1: artifact_store_node_dir '/tmp/a' is inside /tmp, which every user may "
+            "write to: another user could place a link there first, and root would write "
+            "through it. Fix: set artifact_store_node_dir to an absolute folder of its own, "
+            "such as /var/cache/a3rl/stage, written with letters, digits and . _ - + @ = "
+            "between single slashes (no '..' or '.')."]
 
 
 @pytest.mark.parametrize(("value", "needle"), BAD_FOLDERS[:15])

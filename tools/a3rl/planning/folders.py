@@ -83,19 +83,30 @@ def problems(name: str, value: Any, *, data: bool = False, scratch: bool = True,
 
 
 # The folders the project fills with data of its own, by setting: the checkpoints (verl
-# writes them, the checkpoint policy's folder) and the run supervisors' state (root's, on
-# the head). Preflight checks them, and so does the training play, which runs no preflight.
+# writes them as root in the training container, which mounts only the data and shared
+# folders), the run supervisors' state (root's, on the head) and the stages' node-side
+# folders (root's). Preflight checks them, and so does the training play, which runs no
+# preflight. None is in a world-writable scratch folder.
 _CHECKPOINTS = {"example": "/data/a3rl/checkpoints",
                 "use": "verl writes the runs' checkpoints under it"}
+_STAGE = {"example": "/var/cache/a3rl/stage", "use": "root stages files under it"}
+_NODE_DATA = {"example": "/data/a3rl/src",
+              "use": "the stages write under it and teardown removes from it"}
 DATA_FOLDERS: dict[str, dict[str, Any]] = {
     "a3rl_checkpoint_dir": _CHECKPOINTS,
     "train_job_checkpoint_dir": {
         **_CHECKPOINTS, "fix_name": "a3rl_checkpoint_dir (or train_job_checkpoint_dir)"},
-    "a3rl_supervise_dir": {"example": "/var/lib/a3rl/supervise", "scratch": False,
+    "a3rl_supervise_dir": {"example": "/var/lib/a3rl/supervise",
                            "use": "the run supervisor (root) writes its state under it"},
+    **{name: _STAGE for name in (
+        "artifact_store_node_dir", "artifact_store_stager_dir", "artifact_store_stamp_dir",
+        "cann_image_node_stage_dir", "npu_driver_stage_dir")},
+    **{name: _NODE_DATA for name in (
+        "frameworks_src_dir", "frameworks_wheel_dir", "frameworks_node_patch_dir",
+        "datasets_node_dir", "model_weights_node_dir")},
 }
 
 
 def data_problems(name: str, value: Any) -> list[str]:
     """:func:`problems` for one of :data:`DATA_FOLDERS`."""
-    return problems(name, value, data=True, **DATA_FOLDERS[name])
+    return problems(name, value, data=True, scratch=False, **DATA_FOLDERS[name])
