@@ -501,18 +501,61 @@ CASES: dict[str, Case] = {
         extravars={"algo": "grpo", "overrides": ["actor_rollout_ref.actor.optim.lr=-1e-6"]},
         host="node1"),
     # --- day 2 ---
-    "an unknown Ray action": Case("ray arguments", RAY, (
-        "value of ray_cluster_action must be one of: start, stop, restart, status, got: reload",
-    ), extravars={"ray_action": "reload"}, host="node1"),
-    "a dashboard bind that is not a choice": Case("ray arguments", RAY, (
-        "value of ray_cluster_dashboard_bind must be one of: loopback, cluster, any, "
-        "got: public",), extravars={"ray_cluster_dashboard_bind": "public"}, host="node1"),
+    # ray.yml checks the inventory's settings first, as preflight does (it runs none).
+    "an unknown Ray action": Case("ray settings", RAY, (
+        "node1, node2: ray_action 'reload' is not one of start, stop, restart, status",
+        "Fix: set ray_action to one of them"), extravars={"ray_action": "reload"}),
+    "a dashboard bind that is not a choice": Case("ray settings", RAY, (
+        "node1, node2: ray_cluster_dashboard_bind 'public' is not one of loopback, cluster, "
+        "any", "Fix:"), extravars={"ray_cluster_dashboard_bind": "public"}),
     "a cache-clean input name of an earlier release": Case("cache_clean arguments", CLEAN, (
         "-e force= is no longer read (it was renamed). Fix: pass -e cache_clean_force=true",),
         extravars={"force": "true"}, host="node1"),
     "a cache-clean batch of 0 nodes": Case("cache_clean arguments", CLEAN, (
         "cache_clean_batch=0 is not a number of nodes (or a percentage) above 0",
         "Fix: -e cache_clean_batch=1"), extravars={"cache_clean_batch": 0}, host="node1"),
+    # --- issue 53: values checked by every play that uses them ---
+    "a firewall port list given as a string to the Ray play": Case("ray settings", RAY, (
+        "node1, node2: ray_cluster_firewall_open_ports is '22' (a string), not a list",
+        "Fix: give a list"), extravars={"ray_cluster_firewall_open_ports": "22"}),
+    "a dashboard bind that is an address": Case("preflight (inventory)", SITE, (
+        "node1, node2: a3rl_ray_dashboard_bind '0.0.0.0' is not one of loopback, cluster, any",
+        "Fix:"), _group_vars(a3rl_ray_dashboard_bind="0.0.0.0")),
+    "a system folder as the checkpoint folder": Case("preflight (inventory)", SITE, (
+        "a3rl_checkpoint_dir '/etc' is a folder of the operating system", "Fix:"),
+        _group_vars(a3rl_checkpoint_dir="/etc")),
+    "a checkpoint folder with a command in it": Case("preflight (inventory)", SITE, (
+        "node2: a3rl_checkpoint_dir '/data/$(id)' holds '$'", "Fix:"),
+        _node2("a3rl_checkpoint_dir", "/data/$(id)")),
+    "a checkpoint folder that steps out with ..": Case("preflight (inventory)", SITE, (
+        "train_job_checkpoint_dir '/data/../etc' is not an absolute folder below /", "Fix:"),
+        _group_vars(train_job_checkpoint_dir="/data/../etc")),
+    "the supervisors' folder in /tmp": Case("preflight (inventory)", SITE, (
+        "a3rl_supervise_dir '/tmp/a3rl' is inside /tmp, which every user may write to",
+        "Fix:"), _group_vars(a3rl_supervise_dir="/tmp/a3rl")),
+    "a checkpoint folder in the OS's own files (train play)": Case("train plan", TRAIN, (
+        "train_job_checkpoint_dir '/usr/lib/a3rl' is inside /usr", "Fix: set a3rl_checkpoint_dir"),
+        _group_vars(a3rl_checkpoint_dir="/usr/lib/a3rl"),
+        extravars={"algo": "grpo", "train_job_checkpoint": True}, host="node1"),
+    "the supervisors' folder in /tmp (train play)": Case("train plan", TRAIN, (
+        "node1: a3rl_supervise_dir '/var/tmp/a3rl' is inside /var/tmp", "Nothing was submitted"),
+        _group_vars(a3rl_supervise_dir="/var/tmp/a3rl"), extravars={"algo": "grpo"}),
+    "a dashboard bind that is an address (train play)": Case("train plan", TRAIN, (
+        "ray_cluster_dashboard_bind (a3rl_ray_dashboard_bind) '0.0.0.0' is not one of "
+        "loopback, cluster, any", "Fix: set a3rl_ray_dashboard_bind"),
+        _group_vars(a3rl_ray_dashboard_bind="0.0.0.0"), extravars={"algo": "grpo"},
+        host="node1"),
+    "a run of no training steps": Case("train plan", TRAIN, (
+        "trainer.total_training_steps must be at least 1 (or null: the epochs' steps), not 0",),
+        extravars={"algo": "grpo", "overrides": ["trainer.total_training_steps=0"]},
+        host="node1"),
+    "an override that reads the job's environment": Case("train plan", TRAIN, (
+        "'+trainer.a3rl_note=${oc.env:RAY_AUTH_TOKEN}': a value read from the job's "
+        "environment",), extravars={"algo": "grpo", "overrides": [
+            "+trainer.a3rl_note=${oc.env:RAY_AUTH_TOKEN}"]}, host="node1"),
+    "a feature asked for and turned off": Case("train plan", TRAIN, (
+        "features sam and no-sam are both asked for",),
+        extravars={"algo": "grpo", "features": "sam,no-sam"}, host="node1"),
 }
 
 
@@ -524,15 +567,36 @@ CASES: dict[str, Case] = {
 # needles and not every needle of another case of the group (claimed_lines). A case
 # without such a line (its edit undone by another's, or a line that fits two cases) runs
 # alone.
+# The plan names every problem of its overrides at once too: the "train plan" cases that
+# differ only in their overrides run GROUP_SIZE at a time, one train.yml with all their
+# overrides.
 GROUP_SIZE = 10
 GROUPED = "preflight (inventory)"
+PLAN = "train plan"
+
+
+def _plan_groupable(c: Case) -> bool:
+    return (c.refused_by == PLAN and c.playbook == TRAIN and not c.edit
+            and set(c.extravars) == {"algo", "overrides"} and c.extravars["algo"] == "grpo")
 
 
 def _groups() -> dict[str, tuple[str, ...]]:
-    names = [n for n, c in CASES.items() if c.refused_by == GROUPED and c.playbook == SITE
-             and c.edit and not c.extravars and not c.needs_driver]
-    chunks = [tuple(names[i:i + GROUP_SIZE]) for i in range(0, len(names), GROUP_SIZE)]
-    return {n: chunk for chunk in chunks if len(chunk) > 1 for n in chunk}
+    out = {}
+    for fits in (lambda c: c.refused_by == GROUPED and c.playbook == SITE and c.edit
+                 and not c.extravars and not c.needs_driver, _plan_groupable):
+        names = [n for n, c in CASES.items() if fits(c)]
+        chunks = [tuple(names[i:i + GROUP_SIZE]) for i in range(0, len(names), GROUP_SIZE)]
+        out.update({n: chunk for chunk in chunks if len(chunk) > 1 for n in chunk})
+    return out
+
+
+def _extravars(names: tuple[str, ...]) -> dict:
+    """The extra vars of one play for ``names``: a group of plan cases gets every one of
+    their overrides."""
+    first = CASES[names[0]].extravars
+    if len(names) == 1 or not _plan_groupable(CASES[names[0]]):
+        return first
+    return {**first, "overrides": [o for n in names for o in CASES[n].extravars["overrides"]]}
 
 
 GROUP_OF = _groups()
@@ -605,7 +669,9 @@ def _run(sim, unchanged, tmp_path: Path, names: tuple[str, ...]) -> dict:
                 except (KeyError, TypeError, AttributeError):
                     continue
             applied.append(n)
-    result = play(first.playbook, inventory, extravars=first.extravars)
+    if len(names) > 1 and not any(CASES[n].edit for n in names):  # plan cases: overrides
+        applied = list(names)
+    result = play(first.playbook, inventory, extravars=_extravars(names))
     after = changes(sim)
     before = unchanged["state"]
     if after != before:
@@ -646,7 +712,7 @@ def test_refused_before_any_node_changes(sim, unchanged, tmp_path, record_proper
     text = ran["text"] if text is None else text
     row(record_property, "bad_input", name, "refused, nodes unchanged",
         observed=(_excerpt(ran["text"], case.expect[0]) if grouped is None else
-                  f"(one play for {len(GROUP_OF[name])} inventory cases) {text}"),
+                  f"(one play for {len(GROUP_OF[name])} cases) {text}"),
         refused_by=case.refused_by)
     assert not result.ok, f"{name}: accepted (rc 0)"
     for needle in case.expect:

@@ -53,3 +53,15 @@ def run_module(module: str, args: dict, module_path: str | None = None) -> dict:
                  ANSIBLE_LOCALHOST_WARNING="0"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+def project_filters(name: str = "a3rl") -> dict:
+    """The filters of the project's ``plugins/filter/<name>.py``, loaded as a play loads
+    them (its wrappers, such as the one that turns input errors into filter errors)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"a3rl_filters_under_test_{name}",
+                                                  REPO / "plugins" / "filter" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.FilterModule().filters()

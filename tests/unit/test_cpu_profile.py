@@ -7,7 +7,6 @@ product's generic job profile (a3rl.planning.job_profile, the filter a3rl_job_pr
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import shlex
 from collections.abc import Mapping
@@ -45,6 +44,8 @@ from a3rl.sim.cpu_profile import (
     TINY_PARAMS,
     VLLM,
 )
+
+from .conftest import project_filters
 
 
 def real(algo: str = "grpo", nodes: int = 2, extra=None) -> dict:
@@ -303,11 +304,7 @@ WORKDIR = "/data/a3rl/llm_rl/qwen3"
 
 
 def _filters() -> dict:
-    spec = importlib.util.spec_from_file_location("a3rl_filters_under_test",
-                                                  ROOT / "plugins" / "filter" / "a3rl.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.FilterModule().filters()
+    return project_filters()
 
 
 def _inventory_profile(tmp_path, real_verl: bool = True, **extra_vars) -> Any:

@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 
 from a3rl.node import artifacts
+from a3rl.paths import project_root
 from a3rl.planning import manifest
 from a3rl.planning import preflight as pf
+
+from .conftest import project_filters
 
 # ----------------------------------------------------------- 25.1 artifact dest safety
 
@@ -631,3 +634,251 @@ def test_a_git_ref_or_dest_with_a_space_quote_or_newline_is_refused(spec, needle
     ok = {"kind": "git", "url": "https://x/y.git", "ref": "refs/pull/3427/head",
           "commit": "448c6c3", "cherry_picks": [{"commit": "448c6c3", "fetch": "v0.6.0"}]}
     assert artifacts.validate("a", ok) == []
+
+
+# ------------------------------------- 53: values checked where they enter, by every play
+
+ROOT = project_root()
+
+
+_filters = project_filters
+
+
+def _firewall(**kw):
+    """The Ray role's firewall filter, called as firewall.yml calls it."""
+    ports = {"gcs": 29444, "dashboard": 8260, "client_server": 10001, "node_manager": 29450,
+             "object_manager": 29451, "runtime_env_agent": 29452, "dashboard_agent_grpc": 29453,
+             "dashboard_agent_http": 29454, "metrics_export": 29455, "min_worker": 10002,
+             "max_worker": 19999}
+    kw = {"open_ports": ["22"], "peer_ports": [], "ephemeral": ["32768:60999"],
+          "allowed": [], **kw}
+    rules = _filters()["a3rl_ray_firewall_rules"]
+    return rules("A3RL-RAY", "10.0.0.1", "10.0.0.1", ["10.0.0.1", "10.0.0.2"], ports, **kw)
+
+
+@pytest.mark.parametrize(("arg", "value", "name"), [
+    ("open_ports", "22", "ray_cluster_firewall_open_ports"),
+    ("peer_ports", "29470", "ray_cluster_firewall_peer_ports"),
+    ("allowed", "10.0.0.0/8", "ray_cluster_firewall_allow"),
+    ("open_ports", {"22": None}, "ray_cluster_firewall_open_ports"),
+])
+def test_the_firewall_filter_refuses_a_port_list_that_is_not_a_list_naming_it(arg, value, name):
+    """playbooks/ray.yml runs no preflight: -e ray_cluster_firewall_open_ports=22 reached
+    the filter, which read "22" as ports 2 and 2 and left SSH (22) closed."""
+    from ansible.errors import AnsibleFilterError
+
+    with pytest.raises(AnsibleFilterError) as e:
+        _firewall(**{arg: value})
+    assert str(e.value).startswith(f"{name} is {value!r} (a ") and "not a list" in str(e.value)
+    assert "Fix: give a list" in str(e.value)
+    assert "-A A3RL-RAY -p tcp -m multiport --dports 22 -j RETURN" in _firewall()["input"]
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    ("65536", "'65536'"), (65536, "65536"), ("0", "'0'"), (True, "True"), ("22:21", "'22:21'"),
+])
+def test_the_firewall_filter_refuses_an_entry_that_is_not_a_port_naming_it(value, shown):
+    from ansible.errors import AnsibleFilterError
+
+    with pytest.raises(AnsibleFilterError) as e:
+        _firewall(open_ports=["22", value])
+    assert str(e.value).startswith(f"ray_cluster_firewall_open_ports entry {shown} is not a "
+                                   "port or a range a:b of ports 1-65535. Fix:"), str(e.value)
+    assert "--dports 22,65535 -j RETURN" in " ".join(_firewall(open_ports=["22", 65535])["input"])
+
+
+@pytest.mark.parametrize("port", [65536, "65536", 70000])
+def test_a_port_setting_of_65536_is_refused_and_65535_passes(port):
+    [msg] = pf.setting_problems(["node1"], {"node1": {"ray_cluster_gcs_port": port}})
+    assert msg.startswith(f"node1: ray_cluster_gcs_port {port!r} is not a TCP port (a whole "
+                          "number from 1 to 65535") and "Fix:" in msg
+    assert pf.setting_problems(["node1"], {"node1": {"ray_cluster_gcs_port": 65535}}) == []
+
+
+def test_the_ray_roles_extra_resources_as_a_string_is_refused_by_name():
+    from a3rl.planning import ray
+
+    with pytest.raises(ray.RayConfigError, match=r"^ray_cluster_extra_resources is 'cpu=1' "
+                                                 r"\(a string\), not a mapping"):
+        ray.start_args(False, "10.0.0.2", "10.0.0.1", {"gcs": 1}, 16, extra_resources="cpu=1")
+
+
+@pytest.mark.parametrize(("name", "value", "choices"), [
+    ("a3rl_ray_dashboard_bind", "0.0.0.0", "loopback, cluster, any"),
+    ("ray_cluster_dashboard_bind", "127.0.0.1", "loopback, cluster, any"),
+    ("ray_cluster_auth", "tokn", "auto, token, none"),
+    ("cann_image_source", "docker", "tarball, registry, build"),
+    ("a3rl_ray_mode", "podman", "container, host"),
+    ("artifact_fanout", None, "star, chain"),
+])
+def test_preflight_refuses_a_value_the_roles_spec_does_not_list(name, value, choices):
+    """A value a role's argument spec refuses only when the role starts (the Ray role at
+    the end of site.yml) is refused by preflight, before any stage."""
+    [msg] = pf.setting_problems(["node1"], {"node1": {name: value}})
+    assert msg.startswith(f"node1: {name} {value!r} is not one of {choices} (the role "), msg
+    assert "Fix: set" in msg
+
+
+def test_the_choices_preflight_checks_come_from_the_specs_and_yaml_booleans_pass():
+    found = pf.choice_settings()
+    assert found["ray_cluster_dashboard_bind"] == ("ray_cluster", ("loopback", "cluster", "any"))
+    assert found["a3rl_ray_dashboard_bind"] == found["ray_cluster_dashboard_bind"]  # handed on
+    good = {"a3rl_ray_dashboard_bind": "cluster", "ray_cluster_auth": "none",
+            "training_container_restart_policy": False, "mcore_checkpoint_alltoall_overlap": "1",
+            "weights": "random"}
+    assert pf.setting_problems(["node1"], {"node1": good}) == []
+
+
+def test_every_play_that_reaches_the_job_api_refuses_an_address_as_the_bind():
+    """train.yml runs no preflight and not the Ray role: a3rl_ray_dashboard_url was a
+    KeyError for 0.0.0.0."""
+    from ansible.errors import AnsibleFilterError
+
+    url = _filters()["a3rl_ray_dashboard_url"]
+    with pytest.raises(AnsibleFilterError, match=r"^ray_cluster_dashboard_bind "
+                       r"\(a3rl_ray_dashboard_bind\) '0.0.0.0' is not one of loopback, "
+                       r"cluster, any.*Fix: set a3rl_ray_dashboard_bind to loopback"):
+        url("0.0.0.0", "10.0.0.1", 8260)
+    assert url("any", "10.0.0.1", 8260) == "http://127.0.0.1:8260"
+
+
+BAD_FOLDERS = [
+    ("/etc", "is a folder of the operating system"), ("/", "is not an absolute folder"),
+    ("//", "is not an absolute folder"), ("/usr/lib", "is a folder of the operating system"),
+    ("/proc/self", "is a folder of the operating system"),
+    ("/data/../etc", "is not an absolute folder"), ("$(id)", "is not an absolute folder"),
+    ("/data/$(id)", "holds '$'"), ("/data/a'b", "holds a quote"),
+    ("/data/a\nb", "holds a newline"), ("/data/a b", "holds a space"),
+    ("//data/a3rl", "is not an absolute folder"), ("/data//a3rl", "is not an absolute folder"),
+    ("/data/./a3rl", "is not an absolute folder"), ("/etc/a3rl/ckpt", "is inside /etc"),
+    ("/usr/local/a3rl", "is inside /usr"), ("/boot/x", "is inside /boot"),
+    ("/sys/fs/x", "is a folder of the operating system"), ("", "is not an absolute folder"),
+    (None, "is not an absolute folder"), (5, "is not an absolute folder"),
+]
+GOOD_FOLDERS = ["/shared/checkpoints", "/data/a3rl/checkpoints", "/data/a3rl/checkpoints/",
+                "/mnt/nfs/a3rl", "/var/lib/a3rl/supervise"]
+
+
+@pytest.mark.parametrize("name", ["a3rl_checkpoint_dir", "train_job_checkpoint_dir",
+                                  "a3rl_supervise_dir"])
+@pytest.mark.parametrize(("value", "needle"), BAD_FOLDERS)
+def test_preflight_refuses_a_checkpoint_or_supervisor_folder_that_is_no_folder_of_its_own(
+        name, value, needle):
+    [msg] = pf.setting_problems(["node1"], {"node1": {name: value}})
+    assert msg.startswith(f"node1: {name} {value!r} {needle}"), msg
+    assert "Fix: set " in msg and "an absolute folder of its own, such as /" in msg
+
+
+@pytest.mark.parametrize("name", ["a3rl_supervise_dir", "a3rl_checkpoint_dir",
+                                  "npu_driver_stage_dir", "frameworks_src_dir"])
+@pytest.mark.parametrize("value", ["/tmp", "/tmp/a3rl", "/var/tmp/a3rl/supervise"])
+def test_a_root_written_folder_is_not_in_a_world_writable_folder(name, value):
+    [msg] = pf.setting_problems(["node1"], {"node1": {name: value}})
+    assert msg.startswith(f"node1: {name} {value!r} is ") and "Fix:" in msg
+    assert "every user may write to" in msg or "folder of the operating system" in msg
+
+
+def test_good_checkpoint_and_supervisor_folders_pass():
+    for value in GOOD_FOLDERS:
+        hv = {"a3rl_checkpoint_dir": value, "train_job_checkpoint_dir": value,
+              "a3rl_supervise_dir": value}
+        assert pf.setting_problems(["node1"], {"node1": hv}) == [], value
+    # A folder another play may set itself (a role default, not a cluster-wide value).
+    assert pf.setting_problems(["node1"], {"node1": {"artifact_store_node_dir": "/tmp/a"}}) \
+        == ["node1: artifact_store_node_dir '/tmp/a' is inside /tmp, which every user may "
+            "write to: another user could place a link there first, and root would write "
+            "through it. Fix: set artifact_store_node_dir to an absolute folder of its own, "
+            "such as /var/cache/a3rl/stage, written with letters, digits and . _ - + @ = "
+            "between single slashes (no '..' or '.')."]
+
+
+@pytest.mark.parametrize(("value", "needle"), BAD_FOLDERS[:15])
+def test_the_training_plays_plan_refuses_the_checkpoint_folder_itself(value, needle):
+    """train.yml runs no preflight: its plan (the checkpoint policy) refuses the folder
+    with the same rule."""
+    from a3rl.planning import plan
+
+    ck = {"enabled": True, "root": value, "shared": True, "max_lost_minutes": 60, "keep": 2}
+    with pytest.raises(plan.PlanError) as e:
+        plan.plan_from_files(ROOT, "grpo", "qwen3_32b", "real", None, 2, 16, "/data/a3rl",
+                             "/data/a3rl/llm_rl/qwen3", checkpointing=ck)
+    assert any(p.startswith(f"train_job_checkpoint_dir {value!r} {needle}")
+               and "Fix: set a3rl_checkpoint_dir (or train_job_checkpoint_dir)" in p
+               for p in e.value.problems), e.value.problems
+
+
+def test_the_training_play_checks_the_supervisors_folder_with_the_same_rule():
+    check = _filters()["a3rl_data_folder_problems"]
+    assert check("a3rl_supervise_dir", "/var/lib/a3rl/supervise") == []
+    [msg] = check("a3rl_supervise_dir", "/tmp")
+    assert msg.startswith("a3rl_supervise_dir '/tmp' is a folder of the operating system")
+    tasks = (ROOT / "roles/train_job/tasks/check.yml").read_text()
+    assert "'a3rl_supervise_dir' | a3rl_data_folder_problems(a3rl_supervise_dir)" in tasks
+
+
+def _plan(features=None, extra=None):
+    from a3rl.planning import plan
+
+    return plan.plan_from_files(ROOT, "grpo", "qwen3_32b", "real", features, 2, 16,
+                                "/data/a3rl", "/data/a3rl/llm_rl/qwen3", extra_overrides=extra)
+
+
+def _refused(**kw) -> list[str]:
+    from a3rl.planning import plan
+
+    with pytest.raises(plan.PlanError) as e:
+        _plan(**kw)
+    return e.value.problems
+
+
+@pytest.mark.parametrize(("value", "needle"), [
+    ("0", "trainer.total_training_steps must be at least 1 (or null: the epochs' steps), not 0"),
+    ("-3", "must be at least 1 (or null: the epochs' steps), not -3"),
+    ("ten", "trainer.total_training_steps must be a whole number or null, not ten"),
+    ("2.5", "trainer.total_training_steps must be a whole number or null, not 2.5"),
+])
+def test_a_run_of_no_training_steps_is_refused(value, needle):
+    """trainer.total_training_steps=0 was accepted: the job loaded the model and trained
+    nothing."""
+    problems = _refused(extra=[f"trainer.total_training_steps={value}"])
+    assert any(needle in p for p in problems), problems
+    assert "trainer.total_training_steps=3" in _plan(
+        extra=["trainer.total_training_steps=3"]).overrides
+    assert "trainer.total_training_steps=null" in _plan(
+        extra=["trainer.total_training_steps=null"]).overrides
+
+
+@pytest.mark.parametrize("features", [["sam", "no-sam"], "no-sam,sam", ["sam", " no-sam "]])
+def test_a_feature_both_asked_for_and_turned_off_is_refused(features):
+    """--feature sam --feature no-sam was accepted silently: the later one won."""
+    problems = _refused(features=features)
+    assert problems == ["features sam and no-sam are both asked for: sam would be on or off "
+                        "by their order. Fix: keep one of them"], problems
+    assert "sam" in _plan(features=["sam"]).features
+    assert "sam" not in _plan(features=["no-sam"]).features
+
+
+@pytest.mark.parametrize("override", [
+    "+trainer.a3rl_note=${oc.env:RAY_AUTH_TOKEN}",
+    "trainer.experiment_name='run-${oc.env:RAY_AUTH_TOKEN}'",
+    "trainer.experiment_name=${ oc.env:HOME}",
+    "+trainer.a3rl_list=[a,${oc.env:RAY_AUTH_TOKEN,x}]",
+    "+trainer.a3rl_note=${oc.decode:'${oc.env:RAY_AUTH_TOKEN}'}",
+    "+trainer.wandb_api_key=${oc.env:WANDB_API_KEY}",
+])
+def test_an_override_that_reads_the_jobs_environment_is_refused(override):
+    """An override carrying ${oc.env:NAME} became a config value verl prints and its
+    loggers send, unmasked (RAY_AUTH_TOKEN is in the job's environment)."""
+    problems = _refused(extra=[override])
+    assert len(problems) == 1 and problems[0].startswith(
+        f"extra override {override!r}: a value read from the job's environment"), problems
+    assert "Fix: give the value itself; a secret goes in an override whose key ends" \
+        in problems[0]
+
+
+def test_the_secret_override_path_still_reads_the_environment():
+    """The plan's own reference for a secret override (issue 43) is the one way in."""
+    made = _plan(extra=["+trainer.wandb_api_key=s3cr3t", "trainer.experiment_name=x-$HOME"])
+    assert "+trainer.wandb_api_key='${oc.env:A3RL_SECRET_TRAINER_WANDB_API_KEY}'" \
+        in made.overrides
+    assert made.job()["secret_env"] == ["A3RL_SECRET_TRAINER_WANDB_API_KEY"]

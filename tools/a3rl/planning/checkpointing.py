@@ -47,6 +47,7 @@ from a3rl.node.checkpoints import (  # noqa: F401  (re-exported for the filters)
     resume_job,
     run_id_of,
 )
+from a3rl.planning import folders
 
 # Keys a policy sets; a user's override of one of them is refused (set the policy's
 # variable instead), so that what the report says was chosen is what ran.
@@ -144,10 +145,9 @@ def policy(*, enabled: bool | None, weights: str, nodes: int, root: str, shared:
         why.append(f"about {human_bytes(size)} a checkpoint ({count / 1e9:g} billion parameters x "
                    f"{BYTES_PER_PARAM} bytes: bf16 weights, fp32 master weights and Adam's "
                    f"two moments)")
-    if not root or not str(root).startswith("/"):
-        problems.append(f"train_job_checkpoint_dir {root!r} is not an absolute folder. Fix: "
-                        "set it to a folder every node mounts (a3rl_shared_dir's "
-                        "checkpoints/ by default)")
+    bad_root = folders.data_problems("train_job_checkpoint_dir", root)
+    if bad_root:
+        problems.extend(bad_root)
     elif shared is False and nodes > 1:
         problems.append(
             f"checkpoints on {nodes} nodes need a folder every node mounts: verl writes each "

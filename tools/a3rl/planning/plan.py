@@ -130,6 +130,9 @@ TYPES: dict[str, str] = {
     **{k: "float?" for k in (
         "algorithm.rollout_is_threshold_lower", "algorithm.rollout_is_veto_threshold",
     )},
+    # null: verl runs the epochs' steps; 0 would start the job, load the model and train
+    # nothing.
+    "trainer.total_training_steps": "int?",
     **{k: "bool" for k in (
         "data.shuffle", "data.filter_overlong_prompts",
         "actor_rollout_ref.actor.load_weight", "actor_rollout_ref.ref.load_weight",
@@ -300,6 +303,7 @@ RANGES: dict[str, tuple[float, float, str]] = {
     **{k: (1, INT_MAX, "") for k, kind in TYPES.items()
        if kind == "int" and k not in _ZERO_OR_MORE},
     **{k: (-1, INT_MAX, " (-1: never)") for k in ("trainer.save_freq", "trainer.test_freq")},
+    "trainer.total_training_steps": (1, INT_MAX, " (or null: the epochs' steps)"),
     "actor_rollout_ref.rollout.top_k": (-1, INT_MAX, " (-1: off)"),
     # vLLM's sampling parameters refuse these (SamplingParams._verify_args).
     "actor_rollout_ref.rollout.top_p": (0, 1, "open below"),
@@ -350,7 +354,8 @@ def check_types(overrides: Iterable[str]) -> list[str]:
     return problems
 
 
-_KIND_TEXT = {"int": "a whole number", "float": "a number", "float?": "a number or null",
+_KIND_TEXT = {"int": "a whole number", "int?": "a whole number or null",
+              "float": "a number", "float?": "a number or null",
               "bool": "True or False", "str": "a string", "int_list": "a list of whole numbers",
               "stages": "a list of one-number lists like [[23],[24]]"}
 
@@ -366,6 +371,8 @@ def _is_kind(v: Any, kind: str) -> bool:
         return _is_int(v) or isinstance(v, float)
     if kind == "float?":
         return v is None or _is_int(v) or isinstance(v, float)
+    if kind == "int?":
+        return v is None or _is_int(v)
     if kind == "bool":
         return isinstance(v, bool)
     if kind == "str":
@@ -678,6 +685,12 @@ def _policy(settings: Mapping[str, Any], run: Mapping[str, Any], mprof: Mapping[
 _PLUS_PARAMS = frozenset({PARAM_KEYS["pipeline_layers"]})
 
 
+# OmegaConf's resolver of the environment, as Hydra passes it on (spaces allowed); the
+# plan's own references (secret overrides: ${oc.env:A3RL_SECRET_<KEY>}) are added after
+# the user's overrides are read.
+_ENV_INTERPOLATION = re.compile(r"\$\{\s*(oc\.env|env)\s*:")
+
+
 def _user_overrides(extra_overrides: Iterable[str] | None, params: dict[str, Any],
                     problems: list[str],
                     policy_keys: bool = False) -> list[tuple[str, str, Any]]:
@@ -706,7 +719,14 @@ def _user_overrides(extra_overrides: Iterable[str] | None, params: dict[str, Any
                             "given twice. Fix: keep one")
             continue
         given[okey] = override
-        if "~" in prefix:
+        if _ENV_INTERPOLATION.search(text):
+            problems.append(f"extra override {override!r}: a value read from the job's "
+                            "environment (${oc.env:...}) becomes a config value that verl "
+                            "prints and its loggers send, unmasked. Fix: give the value "
+                            "itself; a secret goes in an override whose key ends in "
+                            "password, secret, token, api_key, ... (+trainer.wandb_api_key="
+                            "...), which reaches the job through its environment, masked")
+        elif "~" in prefix:
             problems.append(f"extra override {override!r}: deleting keys is not supported")
         elif policy_keys and okey in ckpt.POLICY_KEYS:
             problems.append(f"extra override {override!r}: {okey} is set by the checkpoint "
@@ -773,6 +793,10 @@ def _features(features: Iterable[str] | str | None,
                             f"(or {FEATURE_OFF}<name> to turn a default off)")
         else:
             out.append(name)
+    for name in out:
+        if FEATURE_OFF + name in out:
+            problems.append(f"features {name} and {FEATURE_OFF}{name} are both asked for: "
+                            f"{name} would be on or off by their order. Fix: keep one of them")
     return out, problems
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from a3rl.node import artifacts
 from a3rl.node.fanout import whole_number
 from a3rl.paths import project_root
-from a3rl.planning import manifest, ray, rolevars
+from a3rl.planning import folders, manifest, ray, rolevars
 
 CLUSTER_GROUPS = ("head", "workers")
 
@@ -477,24 +477,15 @@ POSITIVE_SETTINGS = ("artifact_store_fanout_connect_timeout", "artifact_store_fa
 
 
 # Folders every stage writes under (and teardown purges in): absolute, below /, no "..",
-# not a system folder. The env folder (the scripts every job sources) is checked the same
-# way; it is read by `bash -c` lines and by the Ray unit's start script.
+# not a system folder (a3rl.planning.folders). The env folder (the scripts every job
+# sources) is checked the same way; it is read by `bash -c` lines and by the Ray unit's
+# start script.
 PATH_SETTINGS = ("a3rl_data_root", "a3rl_shared_dir", "a3rl_workdir", "a3rl_assets_dir",
                  "a3rl_env_dir")
-# Folders of the operating system: a data root there would have the stages write into it
-# and teardown remove from it. Below the kernel's own filesystems nothing is data at all.
-SYSTEM_FOLDERS = frozenset((
-    "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/media", "/mnt",
-    "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/usr/bin",
-    "/usr/lib", "/usr/lib64", "/usr/local", "/usr/sbin", "/usr/share", "/var", "/var/cache",
-    "/var/lib", "/var/log", "/var/tmp",
-))
-KERNEL_FOLDERS = ("/dev", "/proc", "/run", "/sys")
 # What a value may hold where it is written into a shell script, a `bash -c` line or an
 # env file unquoted (a host name in a script's comment, a container name, a folder): a
 # newline ends the comment or the command, a quote or a space splits it.
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-SAFE_PATH = re.compile(r"/[A-Za-z0-9_.+@=/-]*")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # The env dicts rendered into cluster_env.sh as `export KEY=...`.
 ENV_SETTINGS = ("recipe_env_hccl", "recipe_env_torch", "recipe_env_runtime",
@@ -553,12 +544,16 @@ def _host_setting_problems(host: str, hv: Mapping[str, Any]) -> list[tuple[str, 
     for name in PATH_SETTINGS:
         if name in hv:
             out.extend((name, t) for t in folder_problems(name, hv[name]))
+    for name in folders.DATA_FOLDERS:  # the training play checks them again itself
+        if name in hv:
+            out.extend((name, t) for t in folders.data_problems(name, hv[name]))
     if "preflight_disk_requirements" in hv and "preflight_disk_requirements" not in not_lists:
         out.extend(("preflight_disk_requirements", t)
                    for t in disk_requirement_problems(hv["preflight_disk_requirements"]))
     if "ray_cluster_firewall_allow" in hv and "ray_cluster_firewall_allow" not in not_lists:
         out.extend(("ray_cluster_firewall_allow", t)
                    for t in firewall_allow_problems(hv["ray_cluster_firewall_allow"]))
+    out.extend(choice_problems(hv))
     out.extend(name_problems(host, hv))
     out.extend(("ports", t) for t in listener_problems(hv))
     out.extend(group_name_problems(hv))
@@ -566,38 +561,14 @@ def _host_setting_problems(host: str, hv: Mapping[str, Any]) -> list[tuple[str, 
 
 
 def folder_problems(name: str, value: Any) -> list[str]:
-    """A folder setting: absolute, below / (no ".."), not a folder of the operating system
-    or under the kernel's own filesystems, and only characters no script reads as syntax."""
+    """A folder setting (:func:`a3rl.planning.folders.problems`); ``a3rl_shared_dir`` may
+    be empty (no shared storage)."""
     if value in (None, "") and name == "a3rl_shared_dir":
         return []  # empty: no shared storage
-    if (not isinstance(value, str) or not value.startswith("/")
-            or not os.path.normpath(value).strip("/") or ".." in value.split("/")):
-        return [f"{name} {value!r} is not an absolute folder below / (without '..'); the "
-                "stages write under it and teardown removes from it. Fix: set "
-                f"{name} to a folder such as /data/a3rl."]
-    norm = "/" + os.path.normpath(value).strip("/")
-    if norm in SYSTEM_FOLDERS or any(norm.startswith(k + "/") for k in KERNEL_FOLDERS):
-        return [f"{name} {value!r} is a folder of the operating system; the stages would "
-                "write into it and teardown remove from it. Fix: set "
-                f"{name} to a folder of its own, such as /data/a3rl."]
-    if not SAFE_PATH.fullmatch(value):
-        return [f"{name} {value!r} holds {_unsafe(value, SAFE_PATH)}, which the env scripts "
-                "and the Ray unit's start script it is written into would read as shell "
-                f"syntax. Fix: set {name} to a folder whose path has only letters, digits "
-                "and . _ - + @ = /."]
-    return []
+    return folders.problems(name, value)
 
 
-def _unsafe(value: str, pattern: re.Pattern[str]) -> str:
-    """The first character of ``value`` that ``pattern`` does not allow, named."""
-    for i in range(len(value), 0, -1):
-        if pattern.fullmatch(value[:i]):
-            bad = value[i:i + 1]
-            break
-    else:
-        bad = value[:1]
-    return {"\n": "a newline", " ": "a space", "'": "a quote", '"': "a quote",
-            "\t": "a tab"}.get(bad, f"{bad!r}" if bad else "nothing")
+_unsafe = folders.unsafe_char
 
 
 def name_problems(host: str, hv: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -646,6 +617,26 @@ def name_problems(host: str, hv: Mapping[str, Any]) -> list[tuple[str, str]]:
 _REF_DEFAULT = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:\|\s*default\([^()]*\)\s*)?\}\}")
 
 
+def _spec_settings(roles: str, pick: Callable[[Mapping[str, Any]], Any]
+                   ) -> dict[str, tuple[str, Any]]:
+    """Every role variable whose spec entry ``pick`` says something of (not None), with its
+    role and what it said; a variable a role's default only hands on (``{{ name }}``, maybe
+    with a ``default(...)``) is taken as the same."""
+    folder = Path(roles) if roles else project_root() / "roles"
+    out: dict[str, tuple[str, Any]] = {}
+    handed_on: dict[str, tuple[str, Any]] = {}
+    for role in rolevars.role_dirs(folder):
+        values = rolevars.defaults(role)
+        for key, opt in rolevars.spec_options(role).items():
+            said = pick(opt)
+            if said is not None:
+                out.setdefault(key, (role.name, said))
+                ref = _REF_DEFAULT.fullmatch(str(values.get(key, "")).strip())
+                if ref:
+                    handed_on.setdefault(ref.group(1), (role.name, said))
+    return {**handed_on, **out}
+
+
 @functools.lru_cache(maxsize=4)
 def typed_settings(roles: str = "") -> dict[str, tuple[str, str]]:
     """Every role variable whose argument spec says ``type: list`` or ``type: dict``,
@@ -656,18 +647,37 @@ def typed_settings(roles: str = "") -> dict[str, tuple[str, str]]:
     unchanged, which a loop then reads one character at a time:
     ``-e ray_cluster_firewall_open_ports=22`` opened port 2 and closed SSH. The names come
     from the specs, so that a new list variable is checked without being listed twice."""
-    folder = Path(roles) if roles else project_root() / "roles"
-    out: dict[str, tuple[str, str]] = {}
-    handed_on: dict[str, tuple[str, str]] = {}
-    for role in rolevars.role_dirs(folder):
-        values = rolevars.defaults(role)
-        for key, opt in rolevars.spec_options(role).items():
-            if opt.get("type") in ("list", "dict"):
-                out.setdefault(key, (role.name, opt["type"]))
-                ref = _REF_DEFAULT.fullmatch(str(values.get(key, "")).strip())
-                if ref:
-                    handed_on.setdefault(ref.group(1), (role.name, opt["type"]))
-    return {**handed_on, **out}
+    return _spec_settings(roles, lambda opt: opt["type"] if opt.get("type") in ("list", "dict")
+                          else None)
+
+
+@functools.lru_cache(maxsize=4)
+def choice_settings(roles: str = "") -> dict[str, tuple[str, tuple[Any, ...]]]:
+    """Every role variable whose argument spec lists its ``choices``, with its role and the
+    choices (``a3rl_ray_dashboard_bind`` through ``ray_cluster_dashboard_bind``'s default).
+    The role's own validation refuses another value only when the role starts: in
+    site.yml, after every stage before it changed the nodes."""
+    return _spec_settings(roles, lambda opt: tuple(opt["choices"]) if opt.get("choices")
+                          else None)
+
+
+# YAML's spellings of a boolean: an unquoted `no` in the inventory arrives as False.
+_YAML_BOOL = {True: ("yes", "true", "on"), False: ("no", "false", "off")}
+
+
+def choice_problems(hv: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(setting, problem) for each variable with choices set to none of them."""
+    out = []
+    for name, (role, choices) in choice_settings().items():
+        if name not in hv:
+            continue
+        value, allowed = hv[name], {str(c) for c in choices}
+        spelled = _YAML_BOOL[value] if isinstance(value, bool) else (str(value),)
+        if value is None or not allowed.intersection(spelled):
+            out.append((name, f"{name} {value!r} is not one of {', '.join(map(str, choices))} "
+                              f"(the role {role} reads it). Fix: set {name} to one of them (or "
+                              "drop it for the default)."))
+    return out
 
 
 def list_type_problems(hv: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -679,28 +689,9 @@ def list_type_problems(hv: Mapping[str, Any]) -> list[tuple[str, str]]:
         value = hv[name]
         if isinstance(value, list if kind == "list" else Mapping):
             continue
-        if kind == "dict":
-            out.append((name, f"{name} is {value!r} ({_kind(value)}), not a mapping: the role "
-                              f"{role} reads it by key. Fix: give a mapping, in the inventory as "
-                              "YAML, on the command line as JSON: -e '{\"" + name + "\": {...}}' "
-                              "(-e name=value always gives a string)."))
-            continue
-        items = ([v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str)
-                 else ["..."])
-        out.append((name, f"{name} is {value!r} ({_kind(value)}), not a list: the role {role} "
-                          "would read it one character (or key) at a time. Fix: give a list, "
-                          "in the inventory as a YAML list, on the command line as JSON: -e '"
-                          + json.dumps({name: items}) + "' (-e name=value always gives a "
-                          "string)."))
+        out.append((name, rolevars.not_a_list(name, value, role) if kind == "list"
+                    else rolevars.not_a_mapping(name, value, role)))
     return out
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    return "null" if value is None else f"a {type(value).__name__}"
 
 
 # ------------------------------------------------------------------ listeners' ports
@@ -843,17 +834,7 @@ def listener_problems(hv: Mapping[str, Any], defaults: Mapping[str, Any] | None 
     return problems
 
 
-def port_span(entry: Any) -> tuple[int, int] | None:
-    """``22``, ``"9100"``, ``"64021:64052"`` or ``"64021-64052"`` as (first, last), or
-    None when it is not a port or a range of ports 1-65535 (as the Ray role reads it)."""
-    if isinstance(entry, bool) or not isinstance(entry, int | str):
-        return None
-    text = str(entry).strip().replace("-", ":")
-    a, sep, b = text.partition(":")
-    lo, hi = whole_number(a), whole_number(b if sep else a)
-    if lo is None or hi is None or not 0 < lo <= hi <= 65535:
-        return None
-    return lo, hi
+port_span = ray.port_span
 
 
 def group_name_problems(hv: Mapping[str, Any]) -> list[tuple[str, str]]:

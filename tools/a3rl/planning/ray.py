@@ -13,7 +13,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from a3rl.node.fanout import whole_number
 from a3rl.node.npu import version_key
+from a3rl.planning import rolevars
 
 # Ray 2.52 added token authentication (RAY_AUTH_MODE=token).
 TOKEN_AUTH_SINCE = "2.52.0"
@@ -133,14 +135,46 @@ def out_chain(chain: str) -> str:
     return str(chain) + OUT_SUFFIX
 
 
-def _port_spans(spec: Any) -> list[int | tuple[int, int]]:
-    """``22``, ``"9100"``, ``"64021:64052"`` or ``"64021-64052"`` as ports for multiport."""
-    text = str(spec).strip().replace("-", ":")
-    a, _, b = text.partition(":")
-    lo, hi = int(a), int(b or a)
-    if not (0 < lo <= hi <= 65535):
-        raise RayConfigError(f"port {spec!r} is not a port or a range a:b of ports 1-65535")
-    return [lo if lo == hi else (lo, hi)]
+def port_span(entry: Any) -> tuple[int, int] | None:
+    """``22``, ``"9100"``, ``"64021:64052"`` or ``"64021-64052"`` as (first, last), or
+    None when it is not a port or a range of ports 1-65535."""
+    if isinstance(entry, bool) or not isinstance(entry, int | str):
+        return None
+    text = str(entry).strip().replace("-", ":")
+    a, sep, b = text.partition(":")
+    lo, hi = whole_number(a), whole_number(b if sep else a)
+    if lo is None or hi is None or not 0 < lo <= hi <= 65535:
+        return None
+    return lo, hi
+
+
+# The variables the firewall's lists come from, by firewall_rules' argument.
+LIST_SETTINGS = {"open_ports": "ray_cluster_firewall_open_ports",
+                 "peer_ports": "ray_cluster_firewall_peer_ports",
+                 "allowed": "ray_cluster_firewall_allow",
+                 "ephemeral": "the node's ephemeral port range",
+                 "node_ips": "the nodes' cluster_ip"}
+
+
+def _listed(arg: str, value: Any) -> list[Any]:
+    """A list argument of the firewall, refused (naming its variable) when it is not a
+    list: a string would be read one character at a time (``"22"`` opens port 2)."""
+    if isinstance(value, list | tuple):
+        return list(value)
+    raise RayConfigError(rolevars.not_a_list(LIST_SETTINGS[arg], value, "ray_cluster"))
+
+
+def _port_spans(arg: str, specs: Any) -> list[int | tuple[int, int]]:
+    """The entries of a port list as ports for multiport, each checked."""
+    out: list[int | tuple[int, int]] = []
+    name = LIST_SETTINGS[arg]
+    for spec in _listed(arg, specs):
+        span = port_span(spec)
+        if span is None:
+            raise RayConfigError(f"{name} entry {spec!r} is not a port or a range a:b of "
+                                 f"ports 1-65535. Fix: correct {name}, e.g. [\"22\"].")
+        out.append(span[0] if span[0] == span[1] else span)
+    return out
 
 
 def ray_peer_ports(p: Mapping[str, Any], *, to_head: bool, from_head: bool) -> list[Any]:
@@ -189,6 +223,7 @@ def firewall_rules(chain: str, node_ip: str, head_ip: str, node_ips: Iterable[st
         raise RayConfigError(problem)
     every = ports(p)
     peers: list[str] = []
+    node_ips = _listed("node_ips", node_ips)
     for src in [node_ip, head_ip, *node_ips]:
         net = ipaddress.ip_network(str(src), strict=False)
         if net.version != 4:
@@ -196,9 +231,10 @@ def firewall_rules(chain: str, node_ip: str, head_ip: str, node_ips: Iterable[st
     for ip in node_ips:
         if str(ip) != str(node_ip) and str(ip) not in peers:
             peers.append(str(ip))
-    guarded: list[Any] = [s for spec in peer_ports for s in _port_spans(spec)]
-    extra: list[Any] = guarded + [s for spec in ephemeral for s in _port_spans(spec)]
-    opened: list[Any] = [s for spec in open_ports for s in _port_spans(spec)]
+    guarded: list[Any] = _port_spans("peer_ports", peer_ports)
+    extra: list[Any] = guarded + _port_spans("ephemeral", ephemeral)
+    opened: list[Any] = _port_spans("open_ports", open_ports)
+    allowed = _listed("allowed", allowed)
     is_head = str(node_ip) == str(head_ip)
     inp = [f"-A {chain} -i lo -j RETURN",
            f"-A {chain} -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN",
@@ -344,8 +380,19 @@ def jump_problems(live_rules: str, chain: str, chain_rules: Sequence[str],
     return [f"{builtin} has no jump to {chain}. Fix: ray-firewall apply."]
 
 
+DASHBOARD_BINDS = ("loopback", "cluster", "any")
+
+
 def dashboard_host(bind: str, cluster_ip: str) -> str:
-    """The address the dashboard (and the job API on it) listens on."""
+    """The address the dashboard (and the job API on it) listens on. Every play that
+    reaches the job API reads it (``a3rl_ray_dashboard_url``), not only the Ray role, whose
+    argument spec checks the setting."""
+    if str(bind) not in DASHBOARD_BINDS:
+        raise RayConfigError(
+            f"ray_cluster_dashboard_bind (a3rl_ray_dashboard_bind) {bind!r} is not one of "
+            f"{', '.join(DASHBOARD_BINDS)}: an address is not a choice. Fix: set "
+            "a3rl_ray_dashboard_bind to loopback (the head itself), cluster (the head's "
+            "cluster_ip) or any.")
     return {"loopback": "127.0.0.1", "cluster": str(cluster_ip), "any": "0.0.0.0"}[str(bind)]
 
 
@@ -371,6 +418,9 @@ def start_args(is_head: bool, node_ip: str, head_ip: str, p: Mapping[str, Any],
     simulator, whose real verl on CPU counts logical GPUs and asks each worker for a
     custom resource named ``cpu`` (shared/reference/verl-cpu.md, "Config that ran")."""
     resources = {"NPU": int(npus)}
+    if extra_resources and not isinstance(extra_resources, Mapping):
+        raise RayConfigError(rolevars.not_a_mapping("ray_cluster_extra_resources",
+                                                    extra_resources, "ray_cluster"))
     for name, amount in (extra_resources or {}).items():
         if name == "NPU":
             raise ValueError("extra_resources cannot set NPU: it is npus_per_node")

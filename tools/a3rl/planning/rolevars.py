@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,35 @@ def problems(roles: Path) -> list[str]:
         out += [f"{role.name}: {key} has a default but no entry in meta/argument_specs.yml"
                 for key in values if key not in options]
     return out
+
+
+def kind_of(value: Any) -> str:
+    """What a value is, in words."""
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    return "null" if value is None else f"a {type(value).__name__}"
+
+
+def not_a_list(name: str, value: Any, role: str) -> str:
+    """The refusal of a list-typed variable set to something else, with the list it meant:
+    Ansible's argument validation lets a string through to the role unchanged (it splits
+    "22" into ["22"] only in its own copy), and a loop then reads it one character at a
+    time."""
+    items = ([v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str)
+             else ["..."])
+    return (f"{name} is {value!r} ({kind_of(value)}), not a list: the role {role} would read "
+            "it one character (or key) at a time. Fix: give a list, in the inventory as a "
+            "YAML list, on the command line as JSON: -e '" + json.dumps({name: items})
+            + "' (-e name=value always gives a string).")
+
+
+def not_a_mapping(name: str, value: Any, role: str) -> str:
+    """The refusal of a dict-typed variable set to something else."""
+    return (f"{name} is {value!r} ({kind_of(value)}), not a mapping: the role {role} reads it "
+            "by key. Fix: give a mapping, in the inventory as YAML, on the command line as "
+            "JSON: -e '{\"" + name + "\": {...}}' (-e name=value always gives a string).")
 
 
 def _short(value: Any, limit: int = 70) -> str:
