@@ -103,6 +103,7 @@ def check_files(
     stamp_root: str | None = None,
     reader: bool = False,
     host: str = "",
+    shared: bool = False,
 ) -> dict[str, Any]:
     """Sort ``files`` (path, sha256, size relative to ``root``) into verified and needed.
 
@@ -119,6 +120,11 @@ def check_files(
     ``reader``: a node that only reads a copy another node placed (shared storage):
     nothing is hashed, stamped or removed here, and a missing file means the shared
     folder is not what this node sees.
+
+    ``shared``: ``root`` is shared storage (a3rl_shared_dir), where a file at an
+    artifact's path may be another team's copy. One with the file's size and another
+    sha256, or longer than the file, is kept, not removed: the check stops with an error
+    naming each, after hashing the rest.
     """
     stamps = stamp_root or root
     verified, needed, stamped, removed = [], [], [], []
@@ -172,9 +178,13 @@ def check_files(
                 f"{_gb(more)}. Nothing was changed. Fix: free space on that disk, or place "
                 "the data on a larger one (a3rl_data_root, or a3rl_shared_dir)."
             )
+    foreign = []
     for f, path, stamp, size, want, have_stamp in rows:
         if size == f["size"] and have_stamp:
             verified.append(f["path"])
+            continue
+        if verify and shared and size > f["size"]:
+            foreign.append(f"{f['path']} (longer than the file)")
             continue
         if verify and size == f["size"]:
             if sha256_file(path) == f["sha256"]:
@@ -185,6 +195,9 @@ def check_files(
                 verified.append(f["path"])
                 stamped.append(f["path"])
                 continue
+            if shared:
+                foreign.append(f"{f['path']} (the file's size, another sha256)")
+                continue
             os.unlink(path)
             removed.append(f["path"])
         elif verify and size > f["size"]:
@@ -193,6 +206,15 @@ def check_files(
         if verify and os.path.exists(stamp):
             os.unlink(stamp)
         needed.append(f["path"])
+    if foreign:
+        raise StageError(
+            f"{label}{root} is shared storage (a3rl_shared_dir) and holds a file a3rl did "
+            f"not place at {len(foreign)} artifact path(s): {', '.join(foreign[:5])}"
+            f"{' ...' if len(foreign) > 5 else ''}. It may be another team's copy, so it is "
+            "kept and nothing was sent. Fix: move it away (or remove it, if it is a damaged "
+            "copy of this project's), or point a3rl_shared_dir at a folder of this "
+            "project's own, then run again."
+        )
     if require and needed:
         # Say what became of each: a message that says "removed" of a copy that stays
         # sends the operator looking in the wrong place.
