@@ -267,3 +267,36 @@ def test_a_dist_checkpoint_goes_by_its_record_file(tmp_path):
     got = purge.purge([entry])
     assert sorted(os.listdir(models)) == ["my-checkpoint"]
     assert got["kept"][str(models)]["files"] == 1
+
+
+def test_nothing_goes_through_a_folder_that_is_a_symbolic_link(tmp_path):
+    """issue 53: a recorded path whose folder below top became a link (to someone's own
+    data) is kept and reported: the records name what the project wrote, not where a link
+    points now."""
+    assets = tmp_path / "shared"
+    stamps = assets / ".a3rl/stamps"
+    _placed(assets, "data/ds/train.parquet", b"t" * 10, stamps)
+    _placed(assets, "data/ds2/valid.parquet", b"v" * 3, stamps)
+    theirs = tmp_path / "their-data"
+    theirs.mkdir()
+    (theirs / "train.parquet").write_bytes(b"T" * 10)  # the recorded size, their bytes
+    (assets / "data/ds/train.parquet").unlink()
+    (assets / "data/ds").rmdir()
+    os.symlink(theirs, assets / "data/ds")
+    got = purge.purge([_data_entry(assets)])
+    assert (theirs / "train.parquet").read_bytes() == b"T" * 10
+    assert got["behind_links"] == [str(assets / "data/ds/train.parquet")]
+    assert (stamps / "data/ds/train.parquet.sha256").is_file()  # the record stays with it
+    assert not (assets / "data/ds2").exists()  # the rest goes as before
+    # A tree the project checked out, whose subfolder a user replaced by a link.
+    wd = tmp_path / "llm_rl/qwen3"
+    wd.mkdir(parents=True)
+    _workdir(wd)
+    mine = tmp_path / "my-trainer"
+    (wd / "verl/trainer").rename(mine)
+    os.symlink(mine, wd / "verl/trainer")
+    got = purge.purge([{"kind": "tree", "path": str(wd), "ref": "refs/a3rl/pristine",
+                        "top": str(tmp_path / "llm_rl")}])
+    assert sorted(os.listdir(mine)) == ["config.yaml", "main.py"]
+    assert sorted(got["behind_links"]) == [str(wd / "verl/trainer/config.yaml"),
+                                           str(wd / "verl/trainer/main.py")]
