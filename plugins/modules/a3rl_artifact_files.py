@@ -39,8 +39,9 @@ options:
     default: false
   shared:
     description: I(root) is shared storage (a3rl_shared_dir), where a file at an
-      artifact's path may be another team's copy - one of the file's size with another
-      sha256, or longer, is kept and the task fails naming it (without I(shared) it is
+      artifact's path may be another team's copy - one that no transfer of a3rl's began
+      and that is not a copy a3rl verified (unchanged since) is kept, whatever its size,
+      and the task fails naming it (without I(shared) a damaged or longer copy is
       removed, to be sent again).
     type: bool
     default: false

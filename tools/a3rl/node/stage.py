@@ -39,6 +39,9 @@ PRISTINE_REF = "refs/a3rl/pristine"
 # A composition the patch series has not been applied to yet (see build_workdir).
 STAGED_REF = "refs/a3rl/staged"
 STAMP_SUFFIX = ".sha256"
+# Beside a stamp, on shared storage: a copy a3rl began to send (a partial file there is
+# its own, to resume; any other file at an artifact's path may be another team's).
+SENDING_SUFFIX = ".sending"
 _IDENTITY = {
     "GIT_AUTHOR_NAME": "a3rl",
     "GIT_AUTHOR_EMAIL": "a3rl@localhost",
@@ -88,6 +91,18 @@ def _free_bytes(path: str) -> int:
     return st.f_bavail * st.f_frsize
 
 
+def _placed_here(stamp: str, path: str) -> bool:
+    """The file at ``path`` is one a3rl verified (maybe of an earlier version of the
+    artifact) and nothing has written to since: its stamp's size and mtime are its own."""
+    try:
+        with open(stamp) as s:
+            _sha, length, mtime = s.read().split()[:3]
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return int(length) == st.st_size and int(mtime) == st.st_mtime_ns
+
+
 def _gb(n: int) -> str:
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if n >= scale:
@@ -122,9 +137,12 @@ def check_files(
     folder is not what this node sees.
 
     ``shared``: ``root`` is shared storage (a3rl_shared_dir), where a file at an
-    artifact's path may be another team's copy. One with the file's size and another
-    sha256, or longer than the file, is kept, not removed: the check stops with an error
-    naming each, after hashing the rest.
+    artifact's path may be another team's copy. A file there is a3rl's when a transfer of
+    a3rl's began it (a ``<path>.sending`` marker beside its stamp, written here before the
+    copy is sent and removed once it is verified), or when its stamp's size and mtime are
+    its own (an earlier version a3rl verified, unchanged since). Any other file with the
+    file's size and another sha256, longer or shorter, is kept, not removed or resumed
+    over: the check stops with an error naming each, after hashing the rest.
     """
     stamps = stamp_root or root
     verified, needed, stamped, removed = [], [], [], []
@@ -180,31 +198,34 @@ def check_files(
             )
     foreign = []
     for f, path, stamp, size, want, have_stamp in rows:
-        if size == f["size"] and have_stamp:
-            verified.append(f["path"])
-            continue
-        if verify and shared and size > f["size"]:
-            foreign.append(f"{f['path']} (longer than the file)")
-            continue
-        if verify and size == f["size"]:
-            if sha256_file(path) == f["sha256"]:
+        sending = stamp[: -len(STAMP_SUFFIX)] + SENDING_SUFFIX
+        if size == f["size"] and (have_stamp or (verify and sha256_file(path) == f["sha256"])):
+            if not have_stamp:
                 os.makedirs(os.path.dirname(stamp), exist_ok=True)
                 with open(stamp + ".tmp", "w") as s:
                     s.write(want)
                 os.replace(stamp + ".tmp", stamp)
-                verified.append(f["path"])
                 stamped.append(f["path"])
-                continue
-            if shared:
-                foreign.append(f"{f['path']} (the file's size, another sha256)")
-                continue
-            os.unlink(path)
-            removed.append(f["path"])
-        elif verify and size > f["size"]:
+            if verify and shared and os.path.exists(sending):
+                os.unlink(sending)
+            verified.append(f["path"])
+            continue
+        if verify and shared and size >= 0 and not (
+                os.path.exists(sending) or _placed_here(stamp, path)):
+            foreign.append(f"{f['path']} (" + (
+                "longer than the file" if size > f["size"] else
+                "the file's size, another sha256" if size == f["size"] else
+                "shorter than the file, and no transfer of a3rl's began it") + ")")
+            continue
+        if verify and size >= f["size"]:
             os.unlink(path)
             removed.append(f["path"])
         if verify and os.path.exists(stamp):
             os.unlink(stamp)
+        if verify and shared and not os.path.exists(sending):
+            # A3rl begins this copy: a partial file here later is its own, to resume.
+            os.makedirs(os.path.dirname(sending), exist_ok=True)
+            open(sending, "w").close()
         needed.append(f["path"])
     if foreign:
         raise StageError(
