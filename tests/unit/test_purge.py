@@ -300,3 +300,20 @@ def test_nothing_goes_through_a_folder_that_is_a_symbolic_link(tmp_path):
     assert sorted(os.listdir(mine)) == ["config.yaml", "main.py"]
     assert sorted(got["behind_links"]) == [str(wd / "verl/trainer/config.yaml"),
                                            str(wd / "verl/trainer/main.py")]
+
+
+def test_the_marks_of_copies_begun_on_shared_storage_go_with_their_copies(tmp_path):
+    """stage.check_files marks a copy it begins on shared storage (<path>.sending beside
+    the stamp): the purge removes the mark with the stamp, or when the file is not there,
+    and keeps the mark of a cut copy that stays (listed)."""
+    assets = tmp_path / "shared"
+    stamps = assets / ".a3rl/stamps"
+    _placed(assets, "data/ds/train.parquet", b"t" * 10, stamps)
+    (stamps / "data/ds/train.parquet.sending").write_text("")  # stamped, mark left
+    (stamps / "data/ds/gone.parquet.sending").write_text("")  # never arrived
+    (assets / "data/ds/cut.parquet").write_bytes(b"c")  # a cut copy: not a3rl's to judge
+    (stamps / "data/ds/cut.parquet.sending").write_text("")
+    got = purge.purge([_data_entry(assets)])
+    assert sorted(p.name for p in stamps.rglob("*") if p.is_file()) == ["cut.parquet.sending"]
+    assert (assets / "data/ds/cut.parquet").exists()
+    assert str(stamps / "data/ds/gone.parquet.sending") in got["removed"]

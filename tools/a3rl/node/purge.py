@@ -50,6 +50,7 @@ except ImportError:  # the controller and the tests
     from a3rl.node.common import git
 
 STAMP_SUFFIX = ".sha256"
+SENDING_SUFFIX = ".sending"
 # The patched tree a3rl.node.patch_series switched the working directory to.
 SERIES_STATE = os.path.join("a3rl", "series.json")
 # Refs the project writes; any other ref in a tree's repository is someone's own work.
@@ -349,6 +350,15 @@ def purge(entries: list[dict[str, Any]], check: bool = False) -> dict[str, Any]:
                     continue
                 remove(path, top)
                 remove(stamp, e.get("stamps_top") or under)
+            for dirpath, _dirs, files in os.walk(under):
+                # A copy a3rl began on shared storage (stage.check_files): its mark goes
+                # with its stamp, or once its file is not there; a cut copy stays, listed.
+                for f in sorted(f for f in files if f.endswith(SENDING_SUFFIX)):
+                    mark = os.path.join(dirpath, f)
+                    path = os.path.join(
+                        e["root"], os.path.relpath(mark, e["stamps"])[: -len(SENDING_SUFFIX)])
+                    if path in gone or not os.path.lexists(path):
+                        remove(mark, e.get("stamps_top") or under)
         elif e["kind"] == "tree":
             paths = [e["path"]]
             if e.get("children"):
