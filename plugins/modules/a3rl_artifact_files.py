@@ -37,6 +37,14 @@ options:
       not mounted here).
     type: bool
     default: false
+  shared:
+    description: I(root) is shared storage (a3rl_shared_dir), where a file at an
+      artifact's path may be another team's copy - one that no transfer of a3rl's began
+      and that is not a copy a3rl verified (unchanged since) is kept, whatever its size,
+      and the task fails naming it (without I(shared) a damaged or longer copy is
+      removed, to be sent again).
+    type: bool
+    default: false
   host:
     description: The inventory name, for the messages.
     type: str
@@ -111,6 +119,7 @@ def main():
             "stamp_root": {"type": "path"},
             "reader": {"type": "bool", "default": False},
             "host": {"type": "str", "default": ""},
+            "shared": {"type": "bool", "default": False},
             "tools": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
@@ -119,7 +128,8 @@ def main():
     try:
         result = check_files(p["root"], p["files"], verify=not module.check_mode,
                              require=p["require"] and not module.check_mode,
-                             stamp_root=p["stamp_root"], reader=p["reader"], host=p["host"])
+                             stamp_root=p["stamp_root"], reader=p["reader"], host=p["host"],
+                             shared=p["shared"])
     except StageError as e:
         module.fail_json(msg=f"{e}")
     sizes = {f["path"]: int(f["size"]) for f in p["files"]}

@@ -44,6 +44,11 @@ matches:
   description: The checkpoint exists and was made with I(want).
   type: bool
   returned: state=query
+foreign:
+  description: A folder is at I(path) without the record file (not made by a conversion);
+    I(state=commit) refuses to replace it.
+  type: bool
+  returned: state=query
 reasons:
   description: Why it does not match.
   type: list

@@ -39,6 +39,11 @@ repositories_kept:
     it holds refs of its own.
   type: list
   returned: always
+behind_links:
+  description: Recorded paths reached through a folder that is a symbolic link (kept, with
+    their stamps).
+  type: list
+  returned: always
 """
 
 from ansible.module_utils import a3rl_purge as engine

@@ -1027,3 +1027,78 @@ def test_an_unchanged_record_is_not_rewritten(tmp_path):
     artifacts.write_manifest(str(tmp_path), data)
     assert json.loads(path.read_text()) == data
     assert sorted(p.name for p in tmp_path.iterdir()) == [artifacts.MANIFEST]
+
+
+def test_on_shared_storage_a_file_a3rl_did_not_place_is_kept_and_the_check_stops(tmp_path):
+    """issue 53: on a3rl_shared_dir a file at an artifact's path may be another team's
+    copy: the file's size with another sha256, or longer, is kept and named."""
+    root = tmp_path / "shared"
+    (root / "models/m").mkdir(parents=True)
+    good, want = b"w" * 10, b"c" * 4
+    files = [{"path": "models/m/w.bin", "sha256": hashlib.sha256(good).hexdigest(), "size": 10},
+             {"path": "models/m/config.json", "sha256": hashlib.sha256(want).hexdigest(),
+              "size": 4},
+             {"path": "models/m/tok.json", "sha256": "0" * 64, "size": 2}]
+    (root / "models/m/w.bin").write_bytes(b"x" * 10)  # the size, another sha256
+    (root / "models/m/config.json").write_bytes(b"theirs, longer")
+    (root / "models/m/tok.json").write_bytes(b"t")  # shorter, and no transfer of ours
+    with pytest.raises(stage.StageError, match=(
+            r"node1: .* is shared storage .*models/m/w.bin \(the file's size, another sha256\), "
+            r"models/m/config.json \(longer than the file\), models/m/tok.json \(shorter "
+            r"than the file, and no transfer of a3rl's began it\)\. It may be another team's")):
+        stage.check_files(str(root), files, host="node1", shared=True)
+    assert (root / "models/m/w.bin").read_bytes() == b"x" * 10
+    assert (root / "models/m/config.json").read_bytes() == b"theirs, longer"
+    assert (root / "models/m/tok.json").read_bytes() == b"t"
+    # Not shared (the node's own data root): both are removed, to be sent again.
+    r = stage.check_files(str(root), files)
+    assert r["removed"] == ["models/m/w.bin", "models/m/config.json"]
+
+
+def test_on_shared_storage_a3rls_own_copies_are_resumed_or_replaced(tmp_path):
+    """What a3rl began (a partial copy) is resumed, and what it verified and nobody wrote
+    to since (an earlier version of the artifact) is replaced, on shared storage too."""
+    root, stamps = tmp_path / "shared", tmp_path / "shared/.a3rl/stamps"
+    (root / "m").mkdir(parents=True)
+    old, new = b"old version, longer", b"new"
+    files = [{"path": "m/config.json", "sha256": hashlib.sha256(new).hexdigest(), "size": 3},
+             {"path": "m/w.bin", "sha256": hashlib.sha256(b"w" * 8).hexdigest(), "size": 8}]
+    (root / "m/config.json").write_bytes(old)
+    stage.check_files(str(root), [{"path": "m/config.json", "size": len(old),
+                                   "sha256": hashlib.sha256(old).hexdigest()}],
+                      stamp_root=str(stamps), shared=True)  # placed by an earlier run
+    r = stage.check_files(str(root), files, stamp_root=str(stamps), shared=True)
+    assert r["removed"] == ["m/config.json"] and r["needed"] == ["m/config.json", "m/w.bin"]
+    assert (stamps / "m/w.bin.sending").is_file()
+    (root / "m/w.bin").write_bytes(b"w" * 3)  # the transfer cut short
+    r = stage.check_files(str(root), files, stamp_root=str(stamps), shared=True)
+    assert r["needed"] == ["m/config.json", "m/w.bin"] and (root / "m/w.bin").exists()
+    (root / "m/w.bin").write_bytes(b"w" * 8)
+    (root / "m/config.json").write_bytes(new)
+    r = stage.check_files(str(root), files, stamp_root=str(stamps), shared=True)
+    assert r["verified"] == ["m/config.json", "m/w.bin"]
+    assert not list(stamps.rglob("*.sending"))
+    # Written to by someone since a3rl verified it: not a3rl's any more.
+    (root / "m/config.json").write_bytes(b"theirs, longer")
+    with pytest.raises(stage.StageError, match=r"m/config.json \(longer than the file\)"):
+        stage.check_files(str(root), files, stamp_root=str(stamps), shared=True)
+
+
+def test_a_reader_trusts_a_stamp_only_with_its_sha256_and_size(tmp_path):
+    """The shared-storage reader: a stamp with the right size and another sha256 (a file
+    the writer verified as something else) is not a verified copy."""
+    root, stamps = tmp_path / "data", tmp_path / "data/.a3rl/stamps"
+    (root / "m").mkdir(parents=True)
+    (root / "m/w.bin").write_bytes(b"abc")
+    files = [{"path": "m/w.bin", "sha256": hashlib.sha256(b"abc").hexdigest(), "size": 3}]
+    (stamps / "m").mkdir(parents=True)
+    stamp = stamps / "m/w.bin.sha256"
+    stamp.write_text(f"{'e' * 64}  3  0\n")
+    r = stage.check_files(str(root), files, stamp_root=str(stamps), reader=True)
+    assert r["needed"] == ["m/w.bin"] and r["verified"] == []
+    stamp.write_text(f"{files[0]['sha256']}  4  0\n")  # the sha256, another size
+    assert stage.check_files(str(root), files, stamp_root=str(stamps),
+                             reader=True)["needed"] == ["m/w.bin"]
+    stamp.write_text(f"{files[0]['sha256']}  3  0\n")
+    assert stage.check_files(str(root), files, stamp_root=str(stamps),
+                             reader=True)["verified"] == ["m/w.bin"]

@@ -86,3 +86,36 @@ def test_an_empty_conversion_is_not_committed(tmp_path):
 def test_the_runs_alltoall_overlap(features, env, want):
     model = {"features": {"USE_ALLTOALL_OVERLAP": 1}}
     assert conversion.alltoall_overlap(features, model, env) == want
+
+
+def test_a_folder_a3rl_did_not_make_is_named_and_never_replaced(tmp_path):
+    """issue 53: a dist-checkpoint folder without a3rl-conversion.json (made by hand, or
+    another team's) is not "no converted checkpoint yet": it is named, and commit neither
+    renames it to .old nor removes it."""
+    out = tmp_path / "out"
+    (out / "release").mkdir(parents=True)
+    (out / "release/shard").write_text("theirs")
+    st = conversion.status(str(out), WANT)
+    assert not st["matches"] and st["foreign"]
+    assert st["reasons"] == [f"{out} exists without a3rl-conversion.json: a3rl did not make "
+                             "it (made by hand, or another team's), so it is neither "
+                             "replaced nor removed"]
+    partial = _finish(tmp_path)
+    with pytest.raises(FileExistsError, match="without a3rl-conversion.json"):
+        conversion.commit(str(out), str(partial), WANT)
+    assert (out / "release/shard").read_text() == "theirs" and partial.is_dir()
+    assert not (tmp_path / "out.old").exists()
+    (tmp_path / "a-file").write_text("not a folder")  # a file there is not ours either
+    assert conversion.status(str(tmp_path / "a-file"), WANT)["foreign"]
+
+
+def test_an_old_folder_a3rl_did_not_make_is_kept(tmp_path):
+    out = tmp_path / "out"
+    conversion.commit(str(out), str(_finish(tmp_path, marker="old")), WANT)
+    (tmp_path / "out.old").mkdir()
+    (tmp_path / "out.old/notes").write_text("mine")
+    assert not conversion.status(str(out), WANT)["foreign"]
+    with pytest.raises(FileExistsError, match="out.old exists without"):
+        conversion.commit(str(out), str(_finish(tmp_path, marker="new")), WANT)
+    assert (tmp_path / "out.old/notes").read_text() == "mine"
+    assert (out / "release/shard").read_text() == "old"

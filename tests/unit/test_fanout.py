@@ -801,3 +801,15 @@ def test_a_copy_that_grew_longer_after_the_check_is_started_anew_by_the_relay(tm
     assert next(f for f in p["files"] if f["path"] == big)["offset"] == 0
     assert big in results[0]["verified"] and not results[0]["damaged"], results[0]
     assert (dirs[0] / big).read_bytes() == data[big]
+
+
+def test_a_relays_stamp_clears_the_mark_of_a_copy_begun_on_shared_storage(tmp_path):
+    """stage.check_files marks a copy it begins on shared storage; a relay that verified
+    and stamped the copy removes the mark, so no later check reads it as a cut copy."""
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m/w.bin").write_bytes(b"w")
+    stamps = tmp_path / ".a3rl/stamps"
+    (stamps / "m").mkdir(parents=True)
+    (stamps / "m/w.bin.sending").write_text("")
+    fanout.write_stamp(str(tmp_path), str(stamps), "m/w.bin", "0" * 64, 1)
+    assert sorted(os.listdir(stamps / "m")) == ["w.bin.sha256"]

@@ -267,3 +267,53 @@ def test_a_dist_checkpoint_goes_by_its_record_file(tmp_path):
     got = purge.purge([entry])
     assert sorted(os.listdir(models)) == ["my-checkpoint"]
     assert got["kept"][str(models)]["files"] == 1
+
+
+def test_nothing_goes_through_a_folder_that_is_a_symbolic_link(tmp_path):
+    """issue 53: a recorded path whose folder below top became a link (to someone's own
+    data) is kept and reported: the records name what the project wrote, not where a link
+    points now."""
+    assets = tmp_path / "shared"
+    stamps = assets / ".a3rl/stamps"
+    _placed(assets, "data/ds/train.parquet", b"t" * 10, stamps)
+    _placed(assets, "data/ds2/valid.parquet", b"v" * 3, stamps)
+    theirs = tmp_path / "their-data"
+    theirs.mkdir()
+    (theirs / "train.parquet").write_bytes(b"T" * 10)  # the recorded size, their bytes
+    (assets / "data/ds/train.parquet").unlink()
+    (assets / "data/ds").rmdir()
+    os.symlink(theirs, assets / "data/ds")
+    got = purge.purge([_data_entry(assets)])
+    assert (theirs / "train.parquet").read_bytes() == b"T" * 10
+    assert got["behind_links"] == [str(assets / "data/ds/train.parquet")]
+    assert (stamps / "data/ds/train.parquet.sha256").is_file()  # the record stays with it
+    assert not (assets / "data/ds2").exists()  # the rest goes as before
+    # A tree the project checked out, whose subfolder a user replaced by a link.
+    wd = tmp_path / "llm_rl/qwen3"
+    wd.mkdir(parents=True)
+    _workdir(wd)
+    mine = tmp_path / "my-trainer"
+    (wd / "verl/trainer").rename(mine)
+    os.symlink(mine, wd / "verl/trainer")
+    got = purge.purge([{"kind": "tree", "path": str(wd), "ref": "refs/a3rl/pristine",
+                        "top": str(tmp_path / "llm_rl")}])
+    assert sorted(os.listdir(mine)) == ["config.yaml", "main.py"]
+    assert sorted(got["behind_links"]) == [str(wd / "verl/trainer/config.yaml"),
+                                           str(wd / "verl/trainer/main.py")]
+
+
+def test_the_marks_of_copies_begun_on_shared_storage_go_with_their_copies(tmp_path):
+    """stage.check_files marks a copy it begins on shared storage (<path>.sending beside
+    the stamp): the purge removes the mark with the stamp, or when the file is not there,
+    and keeps the mark of a cut copy that stays (listed)."""
+    assets = tmp_path / "shared"
+    stamps = assets / ".a3rl/stamps"
+    _placed(assets, "data/ds/train.parquet", b"t" * 10, stamps)
+    (stamps / "data/ds/train.parquet.sending").write_text("")  # stamped, mark left
+    (stamps / "data/ds/gone.parquet.sending").write_text("")  # never arrived
+    (assets / "data/ds/cut.parquet").write_bytes(b"c")  # a cut copy: not a3rl's to judge
+    (stamps / "data/ds/cut.parquet.sending").write_text("")
+    got = purge.purge([_data_entry(assets)])
+    assert sorted(p.name for p in stamps.rglob("*") if p.is_file()) == ["cut.parquet.sending"]
+    assert (assets / "data/ds/cut.parquet").exists()
+    assert str(stamps / "data/ds/gone.parquet.sending") in got["removed"]

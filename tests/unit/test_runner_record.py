@@ -80,3 +80,19 @@ def test_a_runs_secrets_are_masked_in_the_log_texts_a3rl_keeps():
     assert rayjobs.masked_text(text, ["s3cr3t", "s3cr3t-long", ""]) == (
         f"trainer: {{a3rl_probe_token: {masking.MASK}, other: {masking.MASK}}}\nstep:1")
     assert rayjobs.masked_text(text, []) == text
+
+
+def test_a_failed_jobs_message_is_read_with_its_secret_values_masked():
+    """issue 53: Ray's message of a FAILED job holds the tail of its log, where verl
+    prints its resolved config: every read of the job (list, status, the supervisor's)
+    masks the job's own secret values there too."""
+    from a3rl.node import rayjobs
+
+    record = {"submission_id": "a", "status": "FAILED",
+              "message": "Job failed ... trainer: {wandb_api_key: w4ndb-s3cr3t}\nTraceback",
+              "metadata": {"note": "w4ndb-s3cr3t"},
+              "runtime_env": {"env_vars": {"A3RL_SECRET_K": "w4ndb-s3cr3t", "HCCL_X": "1"}}}
+    got = rayjobs.masked_job(record)
+    assert "w4ndb-s3cr3t" not in json.dumps(got)
+    assert got["message"] == f"Job failed ... trainer: {{wandb_api_key: {masking.MASK}}}\nTraceback"
+    assert got["runtime_env"]["env_vars"]["HCCL_X"] == "1"

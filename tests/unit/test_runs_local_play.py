@@ -122,3 +122,33 @@ def test_no_file_of_the_record_holds_a_secret_yet_the_play_gets_it(project):
         text = path.read_text(errors="replace")
         assert "pw-1234567" not in text and "wandb-7654321" not in text, path
     assert f"+trainer.wandb_api_key={runner.MASK}" in (result.record / "command.txt").read_text()
+
+
+ENV_SECRET_PLAY = """\
+- name: Local | A task whose output carries a token from the environment
+  hosts: local
+  gather_facts: false
+  tasks:
+    - name: Local | Print what a hub client's error would
+      ansible.builtin.debug:
+        msg: "401 for token {{ lookup('ansible.builtin.env', 'MODELSCOPE_API_TOKEN') }}"
+    - name: Local | Fail with it
+      ansible.builtin.fail:
+        msg: "refused: {{ lookup('ansible.builtin.env', 'A3RL_TEST_HUB_TOKEN') }}"
+"""
+
+
+def test_a_token_from_the_environment_is_scrubbed_from_the_events(project, monkeypatch):
+    """issue 53: a ModelScope token given in the environment (handed to run_play, or
+    exported in the shell) that a task's output carries never stays in job_events."""
+    play = project.parent / "playbooks" / "envsecret.yml"
+    play.write_text(ENV_SECRET_PLAY)
+    monkeypatch.setenv("A3RL_TEST_HUB_TOKEN", "shell-tok-24680")
+    result = runner.run_play("playbooks/envsecret.yml", project, quiet=True,
+                             extra_env={"MODELSCOPE_API_TOKEN": "ms-tok-13579"})
+    assert not result.ok and result.failures[0][2] == f"refused: {runner.MASK}"
+    events = list(result.record.glob("artifacts/*/job_events/*.json"))
+    assert any(f"401 for token {runner.MASK}" in p.read_text() for p in events)
+    for path in (p for p in result.record.rglob("*") if p.is_file()):
+        text = path.read_text(errors="replace")
+        assert "ms-tok-13579" not in text and "shell-tok-24680" not in text, path

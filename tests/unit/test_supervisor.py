@@ -207,6 +207,21 @@ def test_the_bundle_holds_no_secret_of_the_run(tmp_path):
     assert supervisor.rayjobs.MASK in json.loads(texts["node1.json"])["logs"]["worker.out"]
 
 
+def test_a_secret_in_a_failed_jobs_message_never_reaches_the_events(tmp_path, capsys):
+    """issue 53: Ray's message of a FAILED job holds the tail of its log; the events (file
+    and output) mask the run's own secret values in it."""
+    secret = 'w4ndb-"key'
+    sup, api, ops = _sup(tmp_path, {"run": [("FAILED", "")]}, max_tries=0)
+    sup.cfg["job"]["env"] = {"A3RL_SECRET_TRAINER_WANDB_API_KEY": secret}
+    failed = api.job
+    api.job = lambda sid: {**failed(sid), "message": f"Job failed: api_key: {secret}"} \
+        if failed(sid) else None
+    assert sup.run() == 0
+    text = (tmp_path / "events.jsonl").read_text()
+    assert "w4ndb" not in text and "w4ndb" not in capsys.readouterr().out
+    assert f"the job failed: Job failed: api_key: {supervisor.rayjobs.MASK}" in text
+
+
 def test_a_hang_is_detected_within_its_bound_stopped_and_resumed(tmp_path):
     # Steps every 5 s (one per poll), then none: the bound is max(60, 3 x 5) = 60 s.
     script = [("RUNNING", "step:1 - a:1"), ("RUNNING", "step:2 - a:1"),

@@ -191,6 +191,13 @@ def run_play(
     secret_env = {k: v for k, v in (extra_env or {}).items() if is_secret_name(k)}
     runner_vars, secret_vars_env, secret_values = hide_secrets(extravars)
     secret_env.update(secret_vars_env)
+    # A secret the play reads from the environment (MODELSCOPE_API_TOKEN: given here or
+    # exported in the shell) is scrubbed from the record like one from the extra vars:
+    # a task's output that carries it (a hub client's error, a careless debug) is kept
+    # in the events.
+    secret_values += sorted({v for k, v in {**os.environ, **secret_env}.items()
+                             if is_secret_name(k) and len(v) >= _MIN_SCRUB}
+                            - set(secret_values))
     # The opted-in strategy (A3RL_STRATEGY), unless the caller chose one itself.
     chosen = {} if "ANSIBLE_STRATEGY" in (extra_env or {}) else strategy.env()
     env.update(chosen)

@@ -11,8 +11,10 @@ fails late, after the weights have loaded. So every conversion leaves a record
 - the training play compares the record with the run's own setting before it submits.
 
 The conversion writes into ``<out>.partial``; ``commit`` moves it into place with its
-record, so an interrupted conversion never looks finished. Runs on the nodes as Ansible
-module_utils: standard library only.
+record, so an interrupted conversion never looks finished. A folder at ``<out>`` (or
+``<out>.old``) without the record was not made here (by hand, or another team's on shared
+storage): ``status`` names it and ``commit`` refuses to move or remove it. Runs on the
+nodes as Ansible module_utils: standard library only.
 """
 
 from __future__ import annotations
@@ -64,11 +66,24 @@ def differences(recorded: dict[str, Any] | None, want: dict[str, Any]) -> list[s
     return out
 
 
+def foreign(path: str) -> bool:
+    """Something is at ``path`` and it is not a conversion's output (no record file)."""
+    return os.path.lexists(path) and not os.path.isfile(os.path.join(path, RECORD))
+
+
+def _not_ours(path: str) -> str:
+    return (f"{path} exists without {RECORD}: a3rl did not make it (made by hand, or "
+            "another team's), so it is neither replaced nor removed")
+
+
 def status(out: str, want: dict[str, Any]) -> dict[str, Any]:
     recorded = read(out)
     diffs = differences(recorded, want)
+    if foreign(out):
+        diffs = [_not_ours(out)]
     return {
         "matches": not diffs,
+        "foreign": foreign(out),
         "reasons": diffs,
         "recorded": recorded or {},
         "free_bytes": _free_bytes(out),
@@ -76,15 +91,19 @@ def status(out: str, want: dict[str, Any]) -> dict[str, Any]:
 
 
 def commit(out: str, partial: str, want: dict[str, Any]) -> None:
-    """Put a finished conversion in place of any older one, with its record."""
+    """Put a finished conversion in place of any older one, with its record. Only a
+    folder with the record (an earlier conversion's) is replaced."""
     if not os.path.isdir(partial) or not os.listdir(partial):
         raise FileNotFoundError(f"the conversion left nothing in {partial}")
+    old = out + ".old"
+    for path in (out, old):
+        if foreign(path):
+            raise FileExistsError(_not_ours(path))
     tmp = os.path.join(partial, RECORD + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(want, f, indent=1, sort_keys=True)
         f.write("\n")
     os.replace(tmp, os.path.join(partial, RECORD))
-    old = out + ".old"
     shutil.rmtree(old, ignore_errors=True)
     if os.path.exists(out):
         os.rename(out, old)

@@ -55,6 +55,9 @@ MAGIC = b"A3RLFAN1"
 CHUNK = 1 << 20
 MAX_HEADER = 1 << 16
 STAMP_SUFFIX = ".sha256"
+# The mark of a copy a3rl began on shared storage (a3rl.node.stage.check_files): gone once
+# the copy is stamped.
+SENDING_SUFFIX = ".sending"
 # How long an unproven connection may take to say hello before it is dropped.
 HELLO_TIMEOUT = 10.0
 # How long after the stream arrives a relay keeps trying to reach its successor.
@@ -320,6 +323,9 @@ def write_stamp(root: str, stamp_root: str | None, rel: str, sha256: str, size: 
     with open(stamp + ".tmp", "w") as s:
         s.write(f"{sha256}  {size}  {st.st_mtime_ns}\n")
     os.replace(stamp + ".tmp", stamp)
+    sending = os.path.join(stamp_root or root, rel) + SENDING_SUFFIX
+    if os.path.exists(sending):
+        os.unlink(sending)
 
 
 def _safe_rel(path: str) -> str:

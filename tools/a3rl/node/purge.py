@@ -28,6 +28,10 @@ so a purge never removes a folder wholesale. It reads the project's own records:
   extra patches (the controller's ``patches/`` list), the wheel folder (named by the
   wheelhouse's sha256 in the store's record).
 
+Nothing is removed through a symbolic link: a path whose folder below ``top`` is a link
+(the records name the path the project wrote, not where a link made since points, which
+may be someone's own data) is kept and reported, with its stamp.
+
 Folders left empty by a removal are removed up to the entry's ``top`` (which stays);
 everything else under ``top`` is kept and listed, so the play can say what stayed and why.
 """
@@ -46,6 +50,7 @@ except ImportError:  # the controller and the tests
     from a3rl.node.common import git
 
 STAMP_SUFFIX = ".sha256"
+SENDING_SUFFIX = ".sending"
 # The patched tree a3rl.node.patch_series switched the working directory to.
 SERIES_STATE = os.path.join("a3rl", "series.json")
 # Refs the project writes; any other ref in a tree's repository is someone's own work.
@@ -186,6 +191,16 @@ def _inside(path: str, top: str) -> bool:
     return path == top or path.startswith(top.rstrip("/") + "/")
 
 
+def _linked_folder(path: str, top: str) -> str | None:
+    """The first folder of ``path`` below ``top`` that is a symbolic link, or None."""
+    d, top = os.path.dirname(os.path.normpath(path)), os.path.normpath(top)
+    while _inside(d, top) and d != top:
+        if os.path.islink(d):
+            return d
+        d = os.path.dirname(d)
+    return None
+
+
 def _prune_empty(start: str, top: str, check: bool, gone: set[str]) -> None:
     """Remove folders left empty, from ``start`` up to ``top`` (which stays: it may be
     a mount point or made by someone else). ``gone``: paths already removed, or that a
@@ -265,10 +280,18 @@ def purge(entries: list[dict[str, Any]], check: bool = False) -> dict[str, Any]:
     removed: dict[str, int] = {}
     changed_since: list[str] = []
     repositories_kept: list[str] = []
+    behind_links: list[str] = []
     gone: set[str] = set()
 
+    def linked(path: str, top: str) -> bool:
+        if _linked_folder(path, top) is None:
+            return False
+        if path not in behind_links:
+            behind_links.append(path)
+        return True
+
     def remove(path: str, top: str) -> None:
-        if path in gone or not os.path.lexists(path):
+        if path in gone or not os.path.lexists(path) or linked(path, top):
             return
         removed[path] = _bytes(path)
         gone.add(path)
@@ -320,11 +343,22 @@ def purge(entries: list[dict[str, Any]], check: bool = False) -> dict[str, Any]:
                     continue  # not one of ours (a file of that name placed by hand)
                 rel = os.path.relpath(stamp, e["stamps"])[: -len(STAMP_SUFFIX)]
                 path = os.path.join(e["root"], rel)
+                if os.path.lexists(path) and linked(path, top):
+                    continue  # and its stamp stays: the record of what was placed
                 if os.path.lexists(path) and _size(path) != size:
                     changed_since.append(path)
                     continue
                 remove(path, top)
                 remove(stamp, e.get("stamps_top") or under)
+            for dirpath, _dirs, files in os.walk(under):
+                # A copy a3rl began on shared storage (stage.check_files): its mark goes
+                # with its stamp, or once its file is not there; a cut copy stays, listed.
+                for f in sorted(f for f in files if f.endswith(SENDING_SUFFIX)):
+                    mark = os.path.join(dirpath, f)
+                    path = os.path.join(
+                        e["root"], os.path.relpath(mark, e["stamps"])[: -len(SENDING_SUFFIX)])
+                    if path in gone or not os.path.lexists(path):
+                        remove(mark, e.get("stamps_top") or under)
         elif e["kind"] == "tree":
             paths = [e["path"]]
             if e.get("children"):
@@ -347,4 +381,5 @@ def purge(entries: list[dict[str, Any]], check: bool = False) -> dict[str, Any]:
         if n:
             kept[top] = {"files": n, "first": first}
     return {"removed": removed, "kept": kept, "changed_since": changed_since,
-            "repositories_kept": repositories_kept, "changed": bool(removed)}
+            "repositories_kept": repositories_kept, "behind_links": behind_links,
+            "changed": bool(removed)}

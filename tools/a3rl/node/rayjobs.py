@@ -67,13 +67,27 @@ def request(url: str, method: str = "GET", body: Any = None, headers: dict | Non
 
 
 def masked_job(record: Any) -> Any:
-    """A job record with the values of its secret environment variables masked."""
+    """A job record with the values of its secret environment variables masked, there and
+    in every text of the record: a FAILED job's ``message`` holds the tail of its log,
+    where verl prints its resolved config, secrets included."""
     env = ((record or {}).get("runtime_env") or {}).get("env_vars") \
         if isinstance(record, dict) else None
     if not isinstance(env, dict) or not any(str(k).startswith(SECRET_ENV_PREFIX) for k in env):
         return record
+    secrets = [v for k, v in env.items() if str(k).startswith(SECRET_ENV_PREFIX)]
     env = {k: MASK if str(k).startswith(SECRET_ENV_PREFIX) else v for k, v in env.items()}
-    return {**record, "runtime_env": {**record["runtime_env"], "env_vars": env}}
+    return _masked_texts({**record, "runtime_env": {**record["runtime_env"], "env_vars": env}},
+                         secrets)
+
+
+def _masked_texts(value: Any, secrets: list[Any]) -> Any:
+    if isinstance(value, str):
+        return masked_text(value, secrets)
+    if isinstance(value, dict):
+        return {k: _masked_texts(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked_texts(v, secrets) for v in value]
+    return value
 
 
 def masked_text(text: str, values: Any) -> str:

@@ -39,6 +39,9 @@ PRISTINE_REF = "refs/a3rl/pristine"
 # A composition the patch series has not been applied to yet (see build_workdir).
 STAGED_REF = "refs/a3rl/staged"
 STAMP_SUFFIX = ".sha256"
+# Beside a stamp, on shared storage: a copy a3rl began to send (a partial file there is
+# its own, to resume; any other file at an artifact's path may be another team's).
+SENDING_SUFFIX = ".sending"
 
 
 class StageError(Exception):
@@ -80,6 +83,18 @@ def _free_bytes(path: str) -> int:
     return st.f_bavail * st.f_frsize
 
 
+def _placed_here(stamp: str, path: str) -> bool:
+    """The file at ``path`` is one a3rl verified (maybe of an earlier version of the
+    artifact) and nothing has written to since: its stamp's size and mtime are its own."""
+    try:
+        with open(stamp) as s:
+            _sha, length, mtime = s.read().split()[:3]
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return int(length) == st.st_size and int(mtime) == st.st_mtime_ns
+
+
 def _gb(n: int) -> str:
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if n >= scale:
@@ -95,6 +110,7 @@ def check_files(
     stamp_root: str | None = None,
     reader: bool = False,
     host: str = "",
+    shared: bool = False,
 ) -> dict[str, Any]:
     """Sort ``files`` (path, sha256, size relative to ``root``) into verified and needed.
 
@@ -111,6 +127,14 @@ def check_files(
     ``reader``: a node that only reads a copy another node placed (shared storage):
     nothing is hashed, stamped or removed here, and a missing file means the shared
     folder is not what this node sees.
+
+    ``shared``: ``root`` is shared storage (a3rl_shared_dir), where a file at an
+    artifact's path may be another team's copy. A file there is a3rl's when a transfer of
+    a3rl's began it (a ``<path>.sending`` marker beside its stamp, written here before the
+    copy is sent and removed once it is verified), or when its stamp's size and mtime are
+    its own (an earlier version a3rl verified, unchanged since). Any other file with the
+    file's size and another sha256, longer or shorter, is kept, not removed or resumed
+    over: the check stops with an error naming each, after hashing the rest.
     """
     stamps = stamp_root or root
     verified, needed, stamped, removed = [], [], [], []
@@ -164,27 +188,46 @@ def check_files(
                 f"{_gb(more)}. Nothing was changed. Fix: free space on that disk, or place "
                 "the data on a larger one (a3rl_data_root, or a3rl_shared_dir)."
             )
+    foreign = []
     for f, path, stamp, size, want, have_stamp in rows:
-        if size == f["size"] and have_stamp:
-            verified.append(f["path"])
-            continue
-        if verify and size == f["size"]:
-            if sha256_file(path) == f["sha256"]:
+        sending = stamp[: -len(STAMP_SUFFIX)] + SENDING_SUFFIX
+        if size == f["size"] and (have_stamp or (verify and sha256_file(path) == f["sha256"])):
+            if not have_stamp:
                 os.makedirs(os.path.dirname(stamp), exist_ok=True)
                 with open(stamp + ".tmp", "w") as s:
                     s.write(want)
                 os.replace(stamp + ".tmp", stamp)
-                verified.append(f["path"])
                 stamped.append(f["path"])
-                continue
-            os.unlink(path)
-            removed.append(f["path"])
-        elif verify and size > f["size"]:
+            if verify and shared and os.path.exists(sending):
+                os.unlink(sending)
+            verified.append(f["path"])
+            continue
+        if verify and shared and size >= 0 and not (
+                os.path.exists(sending) or _placed_here(stamp, path)):
+            foreign.append(f"{f['path']} (" + (
+                "longer than the file" if size > f["size"] else
+                "the file's size, another sha256" if size == f["size"] else
+                "shorter than the file, and no transfer of a3rl's began it") + ")")
+            continue
+        if verify and size >= f["size"]:
             os.unlink(path)
             removed.append(f["path"])
         if verify and os.path.exists(stamp):
             os.unlink(stamp)
+        if verify and shared and not os.path.exists(sending):
+            # A3rl begins this copy: a partial file here later is its own, to resume.
+            os.makedirs(os.path.dirname(sending), exist_ok=True)
+            open(sending, "w").close()
         needed.append(f["path"])
+    if foreign:
+        raise StageError(
+            f"{label}{root} is shared storage (a3rl_shared_dir) and holds a file a3rl did "
+            f"not place at {len(foreign)} artifact path(s): {', '.join(foreign[:5])}"
+            f"{' ...' if len(foreign) > 5 else ''}. It may be another team's copy, so it is "
+            "kept and nothing was sent. Fix: move it away (or remove it, if it is a damaged "
+            "copy of this project's), or point a3rl_shared_dir at a folder of this "
+            "project's own, then run again."
+        )
     if require and needed:
         # Say what became of each: a message that says "removed" of a copy that stays
         # sends the operator looking in the wrong place.

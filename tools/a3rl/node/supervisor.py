@@ -93,9 +93,13 @@ class Supervisor:
     def event(self, kind: str, **fields: Any) -> None:
         record = {"time": self.clock(), "event": kind,
                   "submission_id": self.state["submission_id"], **fields}
+        # The run's secrets masked (a FAILED job's message holds the tail of its log).
+        line = rayjobs.masked_text(json.dumps(record, sort_keys=True), [
+            json.dumps(v)[1:-1] for k, v in ((self.cfg.get("job") or {}).get("env") or {})
+            .items() if str(k).startswith(rayjobs.SECRET_ENV_PREFIX)])
         with open(os.path.join(self.dir, "events.jsonl"), "a", encoding="utf-8") as f:
-            f.write(json.dumps(record, sort_keys=True) + "\n")
-        print(json.dumps(record, sort_keys=True), flush=True)
+            f.write(line + "\n")
+        print(line, flush=True)
 
     # --- the loop ---
 
