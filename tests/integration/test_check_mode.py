@@ -8,7 +8,7 @@ times) and Ray keeps its members. ``site.yml --check`` on the provisioned cluste
 
 On a fresh cluster of its own (one node, named after the session's), ``site.yml --check``
 fails nowhere and reports the changes a first run would make, stage by stage, without
-making them (apt's package lists aside: see docs/operating.md, "--check").
+making them (apt's package lists aside: see docs/bring-up.md, "--check").
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def _changed_by_play(result) -> dict[str, set[str]]:
 FIRST_RUN_STAGES = ("NPU driver", "Container engine", "CANN image", "Training container",
                     "Frameworks", "Data", "Weights", "Recipe env", "Ray")
 
-# apt's package lists: check mode refreshes them on a node that has none (docs/operating.md). And
+# apt's package lists: check mode refreshes them on a node that has none (docs/bring-up.md). And
 # /root itself: Ansible makes its remote temp folder, /root/.ansible, at first contact.
 _APT = ("/var/lib/apt/lists", "/var/cache/apt")
 
