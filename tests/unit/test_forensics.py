@@ -87,6 +87,24 @@ def test_a_hard_link_or_a_file_another_user_placed_is_not_read(ray_tmp, tmp_path
     assert any("owned by uid" in s["why"] for s in got["skipped"])
 
 
+def test_a_name_swapped_for_a_symlink_after_the_check_is_refused_at_the_open(
+        ray_tmp, tmp_path, monkeypatch):
+    # The race: each name passes the symlink check (realpath made to see none), then is
+    # a symlink (the file) or under one (its folder) when it is opened.
+    secret = tmp_path / "outside" / "logs"
+    secret.mkdir(parents=True)
+    (secret / "keys.log").write_text("secret\n")
+    (ray_tmp / "worker-1.out").symlink_to(secret / "keys.log")
+    (tmp_path / "ray" / "session_y").symlink_to(tmp_path / "outside")
+    monkeypatch.setattr(cluster_ops.os.path, "realpath", os.path.abspath)
+    got = _report()
+    assert got["logs"] == {}
+    whys = {s["path"]: s["why"] for s in got["skipped"]}
+    assert "cannot be opened" in whys[str(ray_tmp / "worker-1.out")]
+    assert whys[str(tmp_path / "ray" / "session_y" / "logs" / "keys.log")] == (
+        f"moved while it was opened (to {secret / 'keys.log'})")
+
+
 def test_the_logs_read_are_bounded_in_count_and_bytes(ray_tmp, monkeypatch):
     monkeypatch.setattr(cluster_ops, "MAX_LOG_FILES", 5, raising=False)
     monkeypatch.setattr(cluster_ops, "MAX_FILE_BYTES", 1000, raising=False)
@@ -104,6 +122,12 @@ def test_the_logs_read_are_bounded_in_count_and_bytes(ray_tmp, monkeypatch):
     assert "over the node's bound of 5 files" in whys["worker-00.out"]
     assert got["bounds"] == {"files": 5, "plog_files": cluster_ops.MAX_PLOG_FILES,
                              "file_bytes": 1000, "total_bytes": 3500}
+    # Bytes that are not UTF-8 grow when decoded: the text is cut to the bound again.
+    for path in ray_tmp.iterdir():
+        path.unlink()
+    (ray_tmp / "raw.err").write_bytes(b"\xff" * 900)
+    text = _report()["logs"][str(ray_tmp / "raw.err")]
+    assert 900 <= len(text.encode()) <= 1000
 
 
 def test_the_report_names_the_nodes_own_time_zone(ray_tmp, monkeypatch):
