@@ -263,8 +263,40 @@ def test_only_ascii_step_folders_that_are_real_folders_are_checkpoints(tmp_path)
     assert newest["path"] == str(tmp_path / "global_step_2") and len(skipped) == 1
 
 
+def test_a_step_folder_whose_parts_are_symlinks_is_not_complete(tmp_path):
+    (tmp_path / checkpoints.MARKER).write_text("3")
+    _complete(tmp_path / "global_step_1")
+    _complete(tmp_path / "elsewhere")
+    for step, part in ((3, "actor"), (2, "data.pt")):
+        (tmp_path / f"global_step_{step}").mkdir()
+        (tmp_path / f"global_step_{step}" / part).symlink_to(tmp_path / "elsewhere" / part)
+    (tmp_path / "global_step_3" / "data.pt").write_bytes(b"x")
+    (tmp_path / "global_step_2" / "actor").mkdir()
+    (tmp_path / "global_step_2" / "actor" / "model.pt").write_bytes(b"x")
+    newest, skipped = checkpoints.newest_complete(str(tmp_path))
+    assert newest["step"] == 1
+    assert skipped == ["global_step_3 is not as verl wrote it: actor is a symlink",
+                       "global_step_2 is not as verl wrote it: data.pt is a symlink"]
+
+
 def test_an_attempt_suffix_is_ascii_digits_at_the_very_end():
     assert checkpoints.attempt_of("run-r3") == 3
     assert checkpoints.attempt_of("run-r3\n") == 1
     assert checkpoints.attempt_of("run-r٣") == 1
     assert checkpoints.run_id_of("run-r٣") == "run-r٣"
+
+
+def test_the_bundles_driver_log_is_its_tail_masked_before_the_cut(tmp_path, monkeypatch):
+    from .test_supervisor import _sup
+
+    monkeypatch.setattr(first_failure, "DRIVER_LOG_CHARS", 1000, raising=False)
+    secret = "s3cr3t-value"
+    # Cut unmasked, the last 1000 characters would start with the secret's second half.
+    log = "x" * 5000 + secret + "y" * (1000 - len(secret) // 2 - 1) + "\n"
+    sup, api, _ops = _sup(tmp_path, {"run": [("FAILED", log)]})
+    sup.cfg["job"]["env"] = {"A3RL_SECRET_TOKEN": secret}
+    sup._bundle("run", {"start_time": 1000})
+    text = (tmp_path / "bundles" / "run" / "driver.log").read_text()
+    assert len(text) < 1100 and text.endswith("y\n")
+    assert text.startswith("(the first ") and "characters are left out)" in text
+    assert "value" not in text

@@ -16,8 +16,9 @@ as ``<default_local_dir>/global_step_<N>/`` with ``actor/`` (the workers' shards
 What is read is checked, not trusted: the marker is read only when it is a regular file
 (not a symlink, a FIFO or a device), at most ``MARKER_BYTES`` of it, and counts only
 when it holds ASCII digits (surrounding ASCII whitespace allowed); a step folder counts
-only when its whole name is ``global_step_`` and ASCII digits and it is a real folder,
-not a symlink to one (verl makes both itself; anything else was put there by hand).
+only when its whole name is ``global_step_`` and ASCII digits and it, its ``actor/`` and
+its ``data.pt`` are not symlinks (verl makes them itself; a symlink was put there by
+hand, and would resume from whatever it points to).
 
 verl's own ``resume_mode=auto`` trusts the marker alone and starts from step 0 when the
 marker's folder is missing; a3rl picks the newest complete folder itself and passes it
@@ -96,6 +97,10 @@ def scan(run_dir):
         elif step > marker:
             entry["why"] = (f"{name} has no completion marker: {MARKER} names step "
                             f"{marker}, so its save did not finish")
+        elif [p for p in ("actor", "data.pt") if os.path.islink(os.path.join(path, p))]:
+            entry["why"] = (f"{name} is not as verl wrote it: " + " and ".join(
+                f"{p} is a symlink" for p in ("actor", "data.pt")
+                if os.path.islink(os.path.join(path, p))))
         elif not _has_files(os.path.join(path, "actor")):
             entry["why"] = f"{name} is incomplete: actor/ holds no shard"
         elif not os.path.isfile(os.path.join(path, "data.pt")):

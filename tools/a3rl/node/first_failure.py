@@ -55,6 +55,9 @@ RAY_JSON = re.compile(r'\{"asctime":"' + _STAMP + r'","levelname":"([EC])"', re.
 # space instead of the tab (the usual "%(asctime)s %(levelname)s ...") counts too.
 PY_LINE = re.compile(_STAMP + r"[\t ](ERROR|CRITICAL) ", re.ASCII)
 TRACEBACK = "Traceback (most recent call last)"
+# The job's driver log in the bundle: its last so many characters (a long run's log has
+# no bound of its own).
+DRIVER_LOG_CHARS = 4 * 1024 * 1024
 # Wider than any real zone (UTC-12 to UTC+14).
 MAX_OFFSET = 24 * 3600
 
@@ -101,6 +104,15 @@ def error_lines(path: str, text: str, mtime: float | None = None,
         found.append({"time": float(mtime), "line": (last[0] if last else TRACEBACK)[:400],
                       "source": path + " (a traceback; its last write)"})
     return found
+
+
+def tail(text: str, limit: int | None = None) -> str:
+    """The last ``limit`` (DRIVER_LOG_CHARS) characters of ``text``, saying how many
+    were left out."""
+    limit = DRIVER_LOG_CHARS if limit is None else limit
+    if len(text) <= limit:
+        return text
+    return f"(the first {len(text) - limit} characters are left out)\n" + text[-limit:]
 
 
 def _number(value: Any) -> float | None:
