@@ -219,6 +219,14 @@ def test_a_line_that_only_holds_a_date_and_error_is_not_an_error(line):
     assert first_failure.error_lines("x.log", line) == []
 
 
+def test_a_line_in_the_format_without_a_real_date_is_skipped_not_a_crash():
+    text = ("[2026-02-30 12:00:00,000 E 1 1] a.cc:1: no such day\n"
+            "2026-12-07 25:00:00,000\tERROR a.py:1 -- no such hour\n"
+            "[2026-12-07 12:00:00,000 E 1 1] a.cc:1: real")
+    got = first_failure.error_lines("x.log", text)
+    assert [e["line"][-4:] for e in got] == ["real"]
+
+
 def test_a_marker_that_is_not_an_ascii_number_is_no_marker(tmp_path):
     for text in ("²", "٣", "3\u2003", "9" * 5000):
         (tmp_path / checkpoints.MARKER).write_text(text)

@@ -84,7 +84,8 @@ def _local(stamp: str, fraction: str, offsets: list[tuple[float, int]] | None) -
     fits = [wall - off for i, (start, off) in enumerate(offsets)
             if (i == 0 or wall - off >= start)
             and (i + 1 == len(offsets) or wall - off < offsets[i + 1][0])]
-    # None fits only for a time the change skipped (clocks put forward): the latest offset.
+    # Two fit for a time the change repeated (clocks put back): the earlier offset. None
+    # fits only for a time the change skipped (clocks put forward): the latest offset.
     return fits[0] if fits else wall - offsets[-1][1]
 
 
@@ -96,9 +97,12 @@ def error_lines(path: str, text: str, mtime: float | None = None,
     found = []
     for line in text.splitlines():
         got = RAY_LINE.match(line) or RAY_JSON.match(line) or PY_LINE.match(line)
-        if got:
-            found.append({"time": _local(got.group(1), got.group(2), offsets),
-                          "line": line[:400], "source": path})
+        try:
+            when = _local(got.group(1), got.group(2), offsets) if got else None
+        except ValueError:  # the format's shape, not a date (month 13, second 61)
+            continue
+        if when is not None:
+            found.append({"time": when, "line": line[:400], "source": path})
     if not found and mtime and TRACEBACK in text and path.endswith(".err"):
         last = [line for line in text.splitlines() if line.strip()][-1:]
         found.append({"time": float(mtime), "line": (last[0] if last else TRACEBACK)[:400],
