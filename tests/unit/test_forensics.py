@@ -308,3 +308,22 @@ def test_the_bundles_driver_log_is_its_tail_masked_before_the_cut(tmp_path, monk
     assert len(text) < 1100 and text.endswith("y\n")
     assert text.startswith("(the first ") and "characters are left out)" in text
     assert "value" not in text
+
+
+def test_a_node_address_that_is_not_a_plain_name_stays_in_the_bundles_folder(tmp_path):
+    from .test_supervisor import _sup
+
+    sup, _api, ops = _sup(tmp_path, {"run": [("FAILED", "")]})
+    real = ops.__call__
+
+    def report(action, args):
+        got = real(action, args)
+        if action == "report":
+            got["nodes"]["../../escaped"] = {"clock": 5.0, "head_clock": 5.0, "logs": {}}
+        return got
+
+    sup.ops = report
+    sup._bundle("run", {"start_time": 1000})
+    assert not list(tmp_path.rglob("escaped.json"))
+    names = sorted(p.name for p in (tmp_path / "bundles" / "run").glob("*.json"))
+    assert names == ["_.._.._escaped.json", "node1.json", "node2.json", "summary.json"]

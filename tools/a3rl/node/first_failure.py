@@ -119,6 +119,18 @@ def tail(text: str, limit: int | None = None) -> str:
     return f"(the first {len(text) - limit} characters are left out)\n" + text[-limit:]
 
 
+# A bundle file's name: an inventory host, or a node's address as Ray lists it.
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,99}", re.ASCII)
+
+
+def file_name(host: str) -> str:
+    """``host`` as a file name in the bundle's folder: as it is when it is a plain name
+    or address, else with every other character (``/``, a leading dot) as ``_``."""
+    if SAFE_NAME.fullmatch(host):
+        return host
+    return "_" + re.sub(r"[^A-Za-z0-9._:-]", "_", host[:100])
+
+
 def _number(value: Any) -> float | None:
     try:
         got = float(value)

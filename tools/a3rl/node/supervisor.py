@@ -275,7 +275,7 @@ class Supervisor:
         names = {str(ip): host for host, ip in dict(self.cfg["nodes"]).items()}
         nodes = {names.get(str(ip), str(ip)): r for ip, r in got.get("nodes", {}).items()}
         for host, data in nodes.items():
-            _write_json(os.path.join(folder, f"{host}.json"), data)
+            _write_json(os.path.join(folder, f"{first_failure.file_name(host)}.json"), data)
         dead = [n for n in self.api.nodes() if n.get("state") == "DEAD"
                 and float(n.get("end_time_ms") or 0) / 1000 >= since]
         summary = first_failure.summarize(
