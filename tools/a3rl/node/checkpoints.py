@@ -13,6 +13,13 @@ as ``<default_local_dir>/global_step_<N>/`` with ``actor/`` (the workers' shards
   ``data.pt`` exists (verl's rotation may have removed older ones while it ran);
 * without a marker no folder is known to be complete.
 
+What is read is checked, not trusted: the marker is read only when it is a regular file
+(not a symlink, a FIFO or a device), at most ``MARKER_BYTES`` of it, and counts only
+when it holds ASCII digits (surrounding ASCII whitespace allowed); a step folder counts
+only when its whole name is ``global_step_`` and ASCII digits and it, its ``actor/`` and
+its ``data.pt`` are not symlinks (verl makes them itself; a symlink was put there by
+hand, and would resume from whatever it points to).
+
 verl's own ``resume_mode=auto`` trusts the marker alone and starts from step 0 when the
 marker's folder is missing; a3rl picks the newest complete folder itself and passes it
 as ``resume_from_path``, saying why each newer one was skipped.
@@ -23,23 +30,39 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import stat
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 MARKER = "latest_checkpointed_iteration.txt"
 # The attempt suffix of a resumed run's submission id: <run id>-r<attempt>.
-ATTEMPT = re.compile(r"-r(\d+)$")
-STEP_DIR = re.compile(r"^global_step_(\d+)$")
+# ASCII digits only (``re.ASCII``; ``\d`` alone takes any script's digits) and up to the
+# very end (``\Z``; ``$`` also matches before a trailing newline).
+ATTEMPT = re.compile(r"-r([0-9]+)\Z", re.ASCII)
+STEP_DIR = re.compile(r"global_step_([0-9]+)", re.ASCII)  # with fullmatch
+MARKER_TEXT = re.compile(r"[ \t\r\n]*([0-9]+)[ \t\r\n]*", re.ASCII)  # with fullmatch
+# verl writes the step and nothing else: a longer marker is not one.
+MARKER_BYTES = 64
 
 
 def marker_step(run_dir):
-    """The step verl's completion marker names, or None (no marker, or not a number)."""
+    """The step verl's completion marker names, or None (no marker, not a regular file,
+    or not an ASCII number)."""
     try:
-        with open(os.path.join(run_dir, MARKER), encoding="utf-8") as f:
-            text = f.read().strip()
+        fd = os.open(os.path.join(run_dir, MARKER),
+                     os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
-    return int(text) if text.isdigit() else None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        raw = os.read(fd, MARKER_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    match = MARKER_TEXT.fullmatch(raw.decode("ascii", errors="replace"))
+    return int(match.group(1)) if match and len(raw) <= MARKER_BYTES else None
 
 
 def _has_files(path):
@@ -59,18 +82,25 @@ def scan(run_dir):
         names = []
     found = []
     for name in names:
-        match = STEP_DIR.match(name)
+        match = STEP_DIR.fullmatch(name)
         path = os.path.join(run_dir, name)
         if not match or not os.path.isdir(path):
             continue
         step = int(match.group(1))
         entry = {"step": step, "path": path, "complete": False}
-        if marker is None:
+        if os.path.islink(path):
+            entry["why"] = (f"{name} is a symlink to {os.path.realpath(path)}, not a folder "
+                            "verl wrote")
+        elif marker is None:
             entry["why"] = (f"{name} has no completion marker: {MARKER} is missing or "
                             "unreadable (verl writes it last, after every part)")
         elif step > marker:
             entry["why"] = (f"{name} has no completion marker: {MARKER} names step "
                             f"{marker}, so its save did not finish")
+        elif [p for p in ("actor", "data.pt") if os.path.islink(os.path.join(path, p))]:
+            entry["why"] = (f"{name} is not as verl wrote it: " + " and ".join(
+                f"{p} is a symlink" for p in ("actor", "data.pt")
+                if os.path.islink(os.path.join(path, p))))
         elif not _has_files(os.path.join(path, "actor")):
             entry["why"] = f"{name} is incomplete: actor/ holds no shard"
         elif not os.path.isfile(os.path.join(path, "data.pt")):

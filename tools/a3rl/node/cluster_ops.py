@@ -41,6 +41,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -50,6 +51,12 @@ TRAINER_TITLES = ("ray::TaskRunner", "ray::WorkerDict")
 LOG_GLOBS = ("/tmp/ray/session_*/logs/*.out", "/tmp/ray/session_*/logs/*.err",
              "/tmp/ray/session_*/logs/*.log")
 PLOG_GLOBS = ("/root/ascend/log/*/plog/*.log", "/root/ascend/log/plog/*.log")
+# What one node's report reads of its logs (module docstring).
+MAX_LOG_FILES = 64
+MAX_PLOG_FILES = 16
+MAX_FILE_BYTES = 64 * 1024
+MAX_TOTAL_BYTES = 3 * 1024 * 1024
+MAX_SKIPPED = 100
 NPU_SMI = ("npu-smi", "/usr/local/bin/npu-smi")
 HCCN_TOOL = ("hccn_tool", "/usr/local/Ascend/driver/tools/hccn_tool", "/usr/local/sbin/hccn_tool")
 
@@ -142,16 +149,120 @@ def _stack(pid: int, spy: str | None) -> dict:
     return out
 
 
-def _tail(path: str, lines: int) -> str:
+def _root(pattern: str) -> str:
+    """The folder a log glob starts from: its components before the first wildcard."""
+    parts = pattern.split("/")
+    fixed = next(i for i, part in enumerate(parts) if glob.has_magic(part))
+    return "/".join(parts[:fixed]) or "/"
+
+
+class _Refused(Exception):
+    """A log file the report does not read (the message says why)."""
+
+
+def _open_log(path: str, real: str) -> tuple[int, os.stat_result]:
+    """``path`` opened for reading, or _Refused: not a regular file of this user with
+    one name, or not the file ``real`` (the name without symlinks) once it is open."""
     try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - 256 * 1024))
-            text = f.read().decode(errors="replace")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
-        return f"({e})"
-    return "\n".join(text.splitlines()[-lines:])
+        raise _Refused(f"cannot be opened ({e.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _Refused("not a regular file")
+        if st.st_nlink != 1:
+            raise _Refused(f"a hard link ({st.st_nlink} names)")
+        if st.st_uid != os.geteuid():
+            raise _Refused(f"owned by uid {st.st_uid}, not {os.geteuid()} (Ray's user)")
+        try:
+            opened = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            opened = real
+        if opened != real:
+            raise _Refused(f"moved while it was opened (to {opened})")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def _tail(fd: int, size: int, lines: int, limit: int) -> str:
+    """The last ``lines`` lines of an open file, at most ``limit`` bytes of them."""
+    start = max(0, size - limit)
+    data = os.pread(fd, limit, start)
+    if start and b"\n" in data[:-1]:  # the first line is cut: drop it, if not the only one
+        data = data[data.find(b"\n") + 1:]
+    text = "\n".join(data.decode(errors="replace").splitlines()[-lines:] if lines > 0
+                     else [])
+    raw = text.encode()
+    return raw[-limit:].decode(errors="ignore") if len(raw) > limit else text
+
+
+def read_logs(sets: dict[str, tuple[tuple[str, ...], int]], since: float,
+              lines: int) -> dict:
+    """The tails of the log files written since ``since``: ``sets`` maps a name to (globs,
+    at most so many files); the newest files first, within MAX_FILE_BYTES each and
+    MAX_TOTAL_BYTES in all. Returns ``{name: {path: text}}``, ``mtimes``, ``skipped``."""
+    out: dict = {name: {} for name in sets}
+    skipped: list[dict] = []
+    chosen = []
+    for name, (patterns, most) in sets.items():
+        found, seen = [], set()
+        for pattern in patterns:
+            root = _root(pattern)
+            real_root = os.path.realpath(root)
+            for path in sorted(glob.glob(pattern)):
+                # The name as it would resolve without a symlink below the root.
+                expected = os.path.join(real_root, os.path.relpath(path, root))
+                real = os.path.realpath(path)
+                if real != expected:
+                    if not real.startswith(real_root.rstrip("/") + "/"):
+                        skipped.append({"path": path, "why": (
+                            f"a symlink to {real}" if os.path.islink(path) else
+                            f"reached through a symlink (to {real})") + ", out of " + root})
+                    # else: another name of a file inside the root (session_latest): the
+                    # glob finds it under its own name.
+                    continue
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                if st.st_mtime >= since and (st.st_dev, st.st_ino) not in seen:
+                    seen.add((st.st_dev, st.st_ino))
+                    found.append((st.st_mtime, path, real, name))
+        found.sort(key=lambda f: f[0], reverse=True)
+        chosen += found[:most]
+        skipped += [{"path": f[1], "why": f"over the node's bound of {most} files"}
+                    for f in found[most:]]
+    chosen.sort(key=lambda f: f[0], reverse=True)
+    total = 0
+    mtimes = {}
+    for mtime, path, real, name in chosen:
+        try:
+            fd, st = _open_log(path, real)
+        except _Refused as e:
+            skipped.append({"path": path, "why": str(e)})
+            continue
+        try:
+            text = _tail(fd, st.st_size, lines, MAX_FILE_BYTES)
+        except OSError as e:
+            skipped.append({"path": path, "why": f"cannot be read ({e.strerror})"})
+            continue
+        finally:
+            os.close(fd)
+        size = len(text.encode())
+        if total + size > MAX_TOTAL_BYTES:
+            skipped.append({"path": path, "why": f"over the node's bound of "
+                            f"{MAX_TOTAL_BYTES} bytes"})
+            continue
+        total += size
+        out[name][path] = text
+        mtimes[path] = mtime
+    if len(skipped) > MAX_SKIPPED:
+        skipped = [*skipped[:MAX_SKIPPED],
+                   {"path": "", "why": f"{len(skipped) - MAX_SKIPPED} more left out"}]
+    return {**out, "mtimes": mtimes, "skipped": skipped}
 
 
 def health(npus: int, net: bool = True) -> dict:
@@ -169,6 +280,29 @@ def health(npus: int, net: bool = True) -> dict:
     return out
 
 
+def utc_offsets(since: float, now: float) -> list[list[int]]:
+    """This node's zone from ``since`` to ``now`` (at most the last 400 days):
+    ``[[from, seconds east of UTC], ...]``, a new entry at each change (daylight saving
+    time), found a day at a time, then to the second."""
+    start = int(max(since, now - 400 * 86400))
+
+    def off(t: int) -> int:
+        return time.localtime(t).tm_gmtoff
+
+    out = [[start, off(start)]]
+    t = start
+    while t < now:
+        step = int(min(t + 86400, now))
+        if off(step) != out[-1][1]:
+            lo, hi = t, step
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if off(mid) == out[-1][1] else (lo, mid)
+            out.append([hi, off(hi)])
+        t = max(step, t + 1)
+    return out
+
+
 def report(since: float, lines: int, npus: int, net: bool = True) -> dict:
     # Ray's own Python ships py-spy with ray[default]: beside the interpreter, if not on PATH.
     beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
@@ -176,28 +310,16 @@ def report(since: float, lines: int, npus: int, net: bool = True) -> dict:
     procs = trainers()
     for p in procs:
         p["stack"] = _stack(p["pid"], spy)
-    logs, mtimes = {}, {}
-    for pattern in LOG_GLOBS:
-        for path in sorted(glob.glob(pattern)):
-            try:
-                mtime = os.path.getmtime(path)
-            except OSError:
-                continue
-            if mtime >= since:
-                logs[path], mtimes[path] = _tail(path, lines), mtime
-    plogs = {}
-    for pattern in PLOG_GLOBS:
-        for path in sorted(glob.glob(pattern))[-20:]:
-            try:
-                if os.path.getmtime(path) >= since:
-                    plogs[path] = _tail(path, lines)
-            except OSError:
-                continue
+    got = read_logs({"logs": (LOG_GLOBS, MAX_LOG_FILES), "plogs": (PLOG_GLOBS,
+                                                                   MAX_PLOG_FILES)},
+                    since, lines)
     dmesg = _run(["dmesg", "-T"])
     oom = [line for line in dmesg["out"].splitlines()
            if any(k in line for k in ("Out of memory", "oom-kill", "Killed process"))]
-    return {"trainers": procs, "holders": holders(), "logs": logs, "mtimes": mtimes,
-            "plogs": plogs,
+    return {"trainers": procs, "holders": holders(), **got,
+            "bounds": {"files": MAX_LOG_FILES, "plog_files": MAX_PLOG_FILES,
+                       "file_bytes": MAX_FILE_BYTES, "total_bytes": MAX_TOTAL_BYTES},
+            "utc_offsets": utc_offsets(since, time.time()),
             "oom": oom if dmesg["rc"] == 0 else None,
             "oom_error": None if dmesg["rc"] == 0 else (dmesg["err"] or "dmesg failed")[:300],
             **health(npus, net)}

@@ -272,13 +272,14 @@ class Supervisor:
         secrets = [v for k, v in ((self.cfg.get("job") or {}).get("env") or {}).items()
                    if str(k).startswith(rayjobs.SECRET_ENV_PREFIX)]
         with open(os.path.join(folder, "driver.log"), "w", encoding="utf-8") as f:
-            f.write(rayjobs.masked_text(driver, secrets))
+            # Masked first, then cut: a cut never leaves part of a secret unmasked.
+            f.write(first_failure.tail(rayjobs.masked_text(driver, secrets)))
         got = json.loads(rayjobs.masked_text(json.dumps(got), [
             json.dumps(v)[1:-1] for v in secrets]))
         names = {str(ip): host for host, ip in dict(self.cfg["nodes"]).items()}
         nodes = {names.get(str(ip), str(ip)): r for ip, r in got.get("nodes", {}).items()}
         for host, data in nodes.items():
-            _write_json(os.path.join(folder, f"{host}.json"), data)
+            _write_json(os.path.join(folder, f"{first_failure.file_name(host)}.json"), data)
         dead = [n for n in self.api.nodes() if n.get("state") == "DEAD"
                 and float(n.get("end_time_ms") or 0) / 1000 >= since]
         summary = first_failure.summarize(
