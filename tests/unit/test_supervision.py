@@ -1,0 +1,96 @@
+"""The run supervisor's settings and the checkpoint policy's input, typed in the training
+play's check phase before it submits (a3rl.planning.supervision, the a3rl_supervisor_settings
+and a3rl_checkpoint_input filters): a value that is not its type is refused naming its
+variable and the host, never cast to 0 or false after the job is submitted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+
+from a3rl.node import supervisor
+from a3rl.planning import supervision
+
+ROOT = Path(__file__).parents[2]
+DEFAULTS = yaml.safe_load((ROOT / "roles/run_supervisor/defaults/main.yml").read_text())
+CHECKPOINT = {"train_job_checkpoint": "", "train_job_checkpoint_dir": "/shared/ckpt",
+              "train_job_checkpoint_shared": True,
+              "train_job_checkpoint_max_lost_minutes": 60, "train_job_checkpoint_keep": 2}
+
+
+def _filters():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("a3rl_filters",
+                                                  ROOT / "plugins/filter/a3rl.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.FilterModule().filters()
+
+
+def test_the_roles_defaults_give_every_setting_as_its_type():
+    got = supervision.supervisor_settings({}, DEFAULTS, 0, 120.0, "head")
+    assert set(got) == set(supervisor.SETTINGS)
+    assert got["poll_s"] == 30.0 and got["max_tries"] == 3 and got["net_check"] is True
+    assert type(got["max_tries"]) is int and type(got["log_lines"]) is int
+    # 0 = from the plan: max(1800, 3 x 120) + 1800.
+    assert got["hang_first_step_s"] == 3600.0
+    assert supervisor.config_problems({"run_id": "r", "submission_id": "r", "state_dir": "/s",
+                                       "url": "u", "nodes": {"a": 1}, "job": {"x": 1},
+                                       **got}) == []
+
+
+def test_values_given_with_e_as_strings_are_read_as_their_types():
+    values = {"run_supervisor_poll": "5", "run_supervisor_max_tries": "0",
+              "run_supervisor_net_check": "false", "run_supervisor_hang_first_step": "900"}
+    got = supervision.supervisor_settings(values, DEFAULTS, "7200", None, "head")
+    assert (got["poll_s"], got["max_tries"], got["net_check"], got["hang_first_step_s"]) == (
+        5.0, 0, False, 900.0)
+    got = supervision.supervisor_settings({}, DEFAULTS, "7200", None, "head")
+    assert got["hang_first_step_s"] == 7200.0
+
+
+@pytest.mark.parametrize(("values", "first_step", "needles"), [
+    ({"run_supervisor_poll": "30s"}, 0, ["head: run_supervisor_poll '30s' is not a number"]),
+    ({"run_supervisor_hang_floor": "nan"}, 0, ["run_supervisor_hang_floor 'nan'"]),
+    ({"run_supervisor_max_tries": "-1", "run_supervisor_whole_timeout": "2h"}, 0,
+     ["run_supervisor_max_tries '-1' is not a whole number at least 0",
+      "run_supervisor_whole_timeout '2h'"]),
+    ({"run_supervisor_net_check": "maybe"}, 0, ["run_supervisor_net_check 'maybe'"]),
+    ({}, "2h", ["train_job_supervisor_hang_first_step '2h'"]),
+    ({"run_supervisor_backoff": 600, "run_supervisor_backoff_max": 60}, 0,
+     ["run_supervisor_backoff_max 60 is below run_supervisor_backoff 600"]),
+])
+def test_a_setting_that_is_not_its_type_is_refused_before_the_submit(values, first_step,
+                                                                      needles):
+    with pytest.raises(AnsibleFilterError) as got:
+        _filters()["a3rl_supervisor_settings"](values, DEFAULTS, first_step, 60.0, "head")
+    text = str(got.value)
+    assert all(n in text for n in needles), text
+    assert "Fix:" in text and text.endswith("Nothing was submitted.")
+
+
+def test_a_checkpoint_folder_sharing_that_is_not_true_or_false_is_refused():
+    check = _filters()["a3rl_checkpoint_input"]
+    assert check({**CHECKPOINT, "train_job_checkpoint_shared": "yes"}, "head") == {
+        "enabled": "", "root": "/shared/ckpt", "shared": True, "max_lost_minutes": 60,
+        "keep": 2}
+    with pytest.raises(AnsibleFilterError, match="head: train_job_checkpoint_shared 'maybe' "
+                       "is not true or false. Fix: -e train_job_checkpoint_shared=true"):
+        check({**CHECKPOINT, "train_job_checkpoint_shared": "maybe"}, "head")
+    with pytest.raises(AnsibleFilterError, match="train_job_checkpoint_dir 5 is not"):
+        check({**CHECKPOINT, "train_job_checkpoint_dir": 5}, "head")
+
+
+def test_the_play_types_them_in_its_check_phase_and_the_start_casts_nothing():
+    check = (ROOT / "roles/train_job/tasks/check.yml").read_text()
+    assert "a3rl_supervisor_settings(" in check and "a3rl_checkpoint_input(" in check
+    assert "train_job_checkpoint_shared | bool" not in check
+    start = (ROOT / "roles/run_supervisor/tasks/start.yml").read_text()
+    assert "combine(run_supervisor_settings)" in start
+    for cast in ("| int", "| float", "| bool"):
+        assert not [line for line in start.splitlines()
+                    if "run_supervisor_" in line and cast in line], cast
