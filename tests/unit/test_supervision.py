@@ -94,3 +94,30 @@ def test_the_play_types_them_in_its_check_phase_and_the_start_casts_nothing():
     for cast in ("| int", "| float", "| bool"):
         assert not [line for line in start.splitlines()
                     if "run_supervisor_" in line and cast in line], cast
+
+
+def _strings(node):
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, dict):
+        for value in node.values():
+            yield from _strings(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _strings(value)
+
+
+def test_no_file_of_the_run_is_written_to_a_name_in_tmp_anyone_could_guess():
+    # /tmp/a3rl-<id>.tail, .log and -supervisor.tgz were root's, under ids `a3rl plan`
+    # prints: a local user's symlink there made root overwrite any file.
+    for role in ("train_job", "run_supervisor"):
+        for path in sorted((ROOT / "roles" / role / "tasks").glob("*.yml")):
+            planted = [s for s in _strings(yaml.safe_load(path.read_text())) if "/tmp/" in s]
+            assert planted == [], (path.name, planted)
+    follow = yaml.safe_load((ROOT / "roles/train_job/tasks/follow.yml").read_text())
+    made = follow[0]["ansible.builtin.tempfile"]
+    assert made["state"] == "directory" and follow[0]["register"] == "train_job_scratch"
+    removed = follow[1]["always"][0]["ansible.builtin.file"]
+    assert removed == {"path": "{{ train_job_scratch.path }}", "state": "absent"}
+    body = (ROOT / "roles/train_job/tasks/follow_run.yml").read_text()
+    assert body.count("{{ train_job_scratch.path }}/") == 5
