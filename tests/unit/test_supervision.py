@@ -121,3 +121,62 @@ def test_no_file_of_the_run_is_written_to_a_name_in_tmp_anyone_could_guess():
     assert removed == {"path": "{{ train_job_scratch.path }}", "state": "absent"}
     body = (ROOT / "roles/train_job/tasks/follow_run.yml").read_text()
     assert body.count("{{ train_job_scratch.path }}/") == 5
+
+
+PLAN = {"run_id": "run-1", "submission_id": "run-1", "config_name": "ppo_trainer",
+        "entrypoint": "python3 -m verl.trainer.main_ppo --config-path=/c "
+                      "--config-name=ppo_trainer trainer.save_freq=5 "
+                      "trainer.default_local_dir=/ck/run-1",
+        "overrides": ["trainer.save_freq=5", "trainer.default_local_dir=/ck/run-1"],
+        "checkpoint": {"enabled": True, "dir": "/ck/run-1"}}
+
+
+def _run_task(tmp_path: Path, tasks: str, name: str, variables: dict) -> dict:
+    """One task of a train_job task file run by ansible-playbook on the controller; the
+    train_job_plan it leaves."""
+    import json
+    import subprocess
+    import sys
+
+    task = next(t for t in yaml.safe_load((ROOT / "roles/train_job/tasks" / tasks).read_text())
+                if t["name"] == name)
+    play = [{"hosts": "localhost", "gather_facts": False, "vars": variables,
+             "tasks": [task, {"ansible.builtin.copy": {
+                 "content": "{{ train_job_plan | to_json }}", "dest": str(tmp_path / "out")}}]}]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    done = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local",
+                           "-e", f"ansible_python_interpreter={sys.executable}",
+                           str(tmp_path / "play.yml")], capture_output=True, text=True,
+                          cwd=ROOT, check=False)
+    assert done.returncode == 0, done.stdout[-2000:]
+    return json.loads((tmp_path / "out").read_text())
+
+
+def test_a_rerun_starts_from_step_0_in_a_folder_of_its_own(tmp_path):
+    # verl's default resume_mode=auto continued the old run from its folder, and the
+    # supervisor of a rerun that failed before its first save resumed the old run.
+    jobs = [{"submission_id": "run-1", "status": "FAILED", "end_time": 1700000000123},
+            {"submission_id": "run-1-r2", "status": "FAILED", "end_time": 1700000000999}]
+    got = _run_task(tmp_path, "submit.yml",
+                    "Train | Give a rerun of an ended run a checkpoint folder of its own",
+                    {"train_job_plan": PLAN, "train_job_jobs": {"jobs": jobs},
+                     "train_job_rerun": True, "train_job_resume": False})
+    folder = "/ck/run-1.rerun-1700000000123"
+    assert got["checkpoint"]["dir"] == folder
+    assert got["overrides"] == ["trainer.save_freq=5", f"trainer.default_local_dir={folder}",
+                                "trainer.resume_mode=disable"]
+    assert got["entrypoint"].endswith(f"trainer.default_local_dir={folder} "
+                                      "trainer.resume_mode=disable")
+    assert "/ck/run-1 " not in got["entrypoint"] + " "
+
+
+def test_a_resume_after_a_rerun_resumes_in_the_reruns_folder(tmp_path):
+    folder = "/ck/run-1.rerun-1700000000123"
+    jobs = [{"submission_id": "run-1", "status": "FAILED",
+             "metadata": {"checkpoint_dir": folder}}]
+    got = _run_task(tmp_path, "resume.yml",
+                    "Train | Resume in the checkpoint folder of the run's newest attempt",
+                    {"train_job_plan": PLAN, "train_job_jobs": {"jobs": jobs}})
+    assert got["checkpoint"]["dir"] == folder
+    assert f"trainer.default_local_dir={folder}" in got["overrides"]
+    assert "trainer.resume_mode=disable" not in got["overrides"]

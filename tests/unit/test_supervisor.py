@@ -45,6 +45,7 @@ class FakeApi:
         self.polls: dict[str, int] = {}
         self.submitted: list[tuple[str, str]] = []
         self.stopped: list[str] = []
+        self.earlier: set[str] = set()  # attempts of an earlier run under the same id
         self.node_list = [{"node_ip": ip, "state": "ALIVE", "resources_total": {"NPU": 1}}
                           for ip in NODES.values()]
 
@@ -56,14 +57,15 @@ class FakeApi:
 
     def job(self, sid):
         # A resumed attempt is known to Ray once it was submitted.
-        if sid not in self.script or ("-r" in sid and sid not in dict(self.submitted)):
+        if sid not in self.script or ("-r" in sid and sid not in dict(self.submitted)
+                                      and sid not in self.earlier):
             return None
         if sid in self.stopped:
             return {"submission_id": sid, "status": "STOPPED", "start_time": 0}
         self.polls[sid] = self.polls.get(sid, 0) + 1
         status, _ = self._now(sid)
         return {"submission_id": sid, "status": status, "message": f"{sid} says {status}",
-                "start_time": 1000}
+                "start_time": 1000, "entrypoint": dict(self.submitted).get(sid)}
 
     def logs(self, sid):
         return self._now(sid)[1]
@@ -579,3 +581,12 @@ def test_a_config_with_a_bad_setting_ends_it_before_it_acts(tmp_path, capsys):
     assert supervisor.main(["supervisor.py", str(path)]) == supervisor.CANNOT_GO_ON
     assert "config.json's hang_floor_s nan" in capsys.readouterr().err
     assert not (tmp_path / "state" / "events.jsonl").exists()
+
+
+def test_a_rerun_resumes_under_an_attempt_number_its_earlier_run_did_not_use(tmp_path):
+    # The run's first life left run-r2 in Ray's list; the rerun's own next attempt is r3.
+    sup, api, ops = _sup(tmp_path, {"run": [("FAILED", "")], "run-r2": [("FAILED", "")]})
+    api.earlier.add("run-r2")
+    assert sup.run() == 0
+    assert [sid for sid, _ in api.submitted] == ["run-r3"]
+    assert _events(tmp_path)[-1]["event"] == "succeeded"

@@ -148,14 +148,36 @@ def resume_job(job: Mapping[str, Any], run_id: str, attempt: int,
         raise ValueError(f"attempt {attempt}: a resumed attempt is the second or later")
     extra = (["trainer.resume_mode=resume_path", f"trainer.resume_from_path={from_path}"]
              if from_path else ["trainer.resume_mode=disable"])
-    keep = [o for o in job["overrides"]
-            if o.lstrip("+~").split("=", 1)[0] not in ("trainer.resume_mode",
-                                                       "trainer.resume_from_path")]
+    return {**_with_overrides(job, ("trainer.resume_mode", "trainer.resume_from_path"), extra),
+            "submission_id": f"{run_id}-r{attempt}", "run_id": run_id, "attempt": attempt,
+            "resume_from": from_path}
+
+
+def in_folder(job: Mapping[str, Any], folder: str, fresh: bool = False) -> dict[str, Any]:
+    """The same job writing its checkpoints to ``folder`` (``trainer.default_local_dir``,
+    and the plan's ``checkpoint.dir``); ``fresh``: from step 0 (``trainer.resume_mode=
+    disable``), which a rerun of an ended run is, whatever verl's ``auto`` would find."""
+    if not folder or not str(folder).startswith("/"):
+        raise ValueError(f"checkpoint folder {folder!r} is not an absolute path")
+    keys = ("trainer.default_local_dir",) + (
+        ("trainer.resume_mode", "trainer.resume_from_path") if fresh else ())
+    extra = [f"trainer.default_local_dir={folder}"] + (
+        ["trainer.resume_mode=disable"] if fresh else [])
+    out = _with_overrides(job, keys, extra)
+    if isinstance(job.get("checkpoint"), Mapping):
+        out["checkpoint"] = {**job["checkpoint"], "dir": folder}
+    return out
+
+
+def _with_overrides(job: Mapping[str, Any], keys: Iterable[str],
+                    extra: list[str]) -> dict[str, Any]:
+    """``job`` with its overrides of ``keys`` replaced by ``extra``, its entrypoint and
+    Hydra overrides made again from them."""
+    keys = tuple(keys)
+    keep = [o for o in job["overrides"] if o.lstrip("+~").split("=", 1)[0] not in keys]
     overrides = [*keep, *extra]
     prefix = job["entrypoint"].split(" --config-name=", 1)[0]
     entrypoint = " ".join([prefix, f"--config-name={job['config_name']}",
                            *(shlex.quote(o) for o in overrides)])
     return {**job, "overrides": overrides, "entrypoint": entrypoint,
-            "hydra_overrides": [o for o in overrides if not o.startswith("+")],
-            "submission_id": f"{run_id}-r{attempt}", "run_id": run_id, "attempt": attempt,
-            "resume_from": from_path}
+            "hydra_overrides": [o for o in overrides if not o.startswith("+")]}

@@ -430,13 +430,18 @@ class Supervisor:
         attempt = checkpoints.attempt_of(self.state["submission_id"]) + 1
         folder = (self.cfg.get("checkpoint") or {}).get("dir")
         newest, skipped = checkpoints.newest_complete(folder) if folder else (None, [])
-        job = checkpoints.resume_job(self.cfg["job"], run_id, attempt,
-                                     newest["path"] if newest else None)
-        # Submitted already when a restart came between the submission and the save.
-        if self.api.job(job["submission_id"]) is None:
-            self.api.submit(job["submission_id"], job["entrypoint"],
-                            {"env_vars": dict(self.cfg["job"].get("env") or {})},
-                            {**(self.cfg.get("metadata") or {}), "attempt": str(attempt)})
+        while True:
+            job = checkpoints.resume_job(self.cfg["job"], run_id, attempt,
+                                         newest["path"] if newest else None)
+            known = self.api.job(job["submission_id"])
+            if known is None:
+                self.api.submit(job["submission_id"], job["entrypoint"],
+                                {"env_vars": dict(self.cfg["job"].get("env") or {})},
+                                {**(self.cfg.get("metadata") or {}), "attempt": str(attempt)})
+                break
+            if known.get("entrypoint") == job["entrypoint"]:
+                break  # submitted already, when a restart came before the state's save
+            attempt += 1  # an attempt of an earlier run under this id (a rerun): the next
         self.state["submission_id"] = job["submission_id"]
         self.state.pop("recovering", None)
         self._save()
