@@ -553,6 +553,7 @@ def test_a_missing_or_full_state_folder_ends_it_with_the_code_systemd_does_not_r
 @pytest.mark.parametrize(("key", "value", "needle"), [
     ("poll_s", "30s", "run_supervisor_poll '30s' is not a number of seconds above 0"),
     ("hang_floor_s", "nan", "run_supervisor_hang_floor 'nan' is not a number of seconds"),
+    ("backoff_max_s", "inf", "run_supervisor_backoff_max 'inf' is not a number of seconds"),
     ("max_tries", -1, "run_supervisor_max_tries -1 is not a whole number at least 0"),
     ("whole_timeout_s", "2h", "run_supervisor_whole_timeout '2h'"),
     ("net_check", "maybe", "run_supervisor_net_check 'maybe' is not true or false"),
@@ -589,4 +590,7 @@ def test_a_rerun_resumes_under_an_attempt_number_its_earlier_run_did_not_use(tmp
     api.earlier.add("run-r2")
     assert sup.run() == 0
     assert [sid for sid, _ in api.submitted] == ["run-r3"]
+    resubmitted = [e for e in _events(tmp_path) if e["event"] == "resubmitted"]
+    assert [e["attempt"] for e in resubmitted] == [3]
     assert _events(tmp_path)[-1]["event"] == "succeeded"
+    assert json.loads((tmp_path / "state.json").read_text())["tries"] == 1

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import stat
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -49,9 +50,32 @@ def _has_files(path):
     return False
 
 
+def untrusted(path):
+    """Why ``path`` is not the run's own (a symbolic link, or owned by another user than
+    the one reading it, or writable by others), or None. A resume loads what the folder
+    holds as root, so a folder another local user placed at the run's predictable path,
+    or a link to one, is never resumed from."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return f"{path} is a symbolic link, not the run's own folder"
+    if st.st_uid != os.geteuid():
+        return f"{path} is owned by uid {st.st_uid}, not by uid {os.geteuid()} that reads it"
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        return f"{path} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
 def scan(run_dir):
     """Every ``global_step_<N>`` folder of the run, newest first, each with ``step``,
-    ``path``, ``complete`` and, when not complete, ``why``; and the marker's step."""
+    ``path``, ``complete`` and, when not complete, ``why``; and the marker's step. A run
+    folder that is not the run's own (:func:`untrusted`) has none, and ``refused`` says
+    why."""
+    refused = untrusted(run_dir)
+    if refused:
+        return {"marker": None, "checkpoints": [], "refused": refused + ": not resumed from"}
     marker = marker_step(run_dir)
     try:
         names = os.listdir(run_dir)
@@ -65,7 +89,10 @@ def scan(run_dir):
             continue
         step = int(match.group(1))
         entry = {"step": step, "path": path, "complete": False}
-        if marker is None:
+        planted = untrusted(path) or untrusted(os.path.join(path, "data.pt"))
+        if planted:
+            entry["why"] = f"{name} is skipped: {planted}"
+        elif marker is None:
             entry["why"] = (f"{name} has no completion marker: {MARKER} is missing or "
                             "unreadable (verl writes it last, after every part)")
         elif step > marker:
@@ -85,8 +112,9 @@ def scan(run_dir):
 def newest_complete(run_dir):
     """``(checkpoint or None, skipped)``: the newest complete checkpoint and the reasons
     the newer ones were skipped (one line each)."""
-    found = scan(run_dir)["checkpoints"]
-    skipped = []
+    scanned = scan(run_dir)
+    found = scanned["checkpoints"]
+    skipped = [scanned["refused"]] if scanned.get("refused") else []
     for entry in found:
         if entry["complete"]:
             return entry, skipped
