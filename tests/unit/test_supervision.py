@@ -114,12 +114,13 @@ def test_no_file_of_the_run_is_written_to_a_name_in_tmp_anyone_could_guess():
         for path in sorted((ROOT / "roles" / role / "tasks").glob("*.yml")):
             planted = [s for s in _strings(yaml.safe_load(path.read_text())) if "/tmp/" in s]
             assert planted == [], (path.name, planted)
-    follow = yaml.safe_load((ROOT / "roles/train_job/tasks/follow.yml").read_text())
+    follow = yaml.safe_load((ROOT / "roles/train_job/tasks/follow_private.yml").read_text())
     made = follow[0]["ansible.builtin.tempfile"]
     assert made["state"] == "directory" and follow[0]["register"] == "train_job_scratch"
     removed = follow[1]["always"][0]["ansible.builtin.file"]
     assert removed == {"path": "{{ train_job_scratch.path }}", "state": "absent"}
-    body = (ROOT / "roles/train_job/tasks/follow_run.yml").read_text()
+    assert follow[1]["block"][0]["ansible.builtin.include_tasks"] == "follow.yml"
+    body = (ROOT / "roles/train_job/tasks/follow.yml").read_text()
     assert body.count("{{ train_job_scratch.path }}/") == 5
 
 
