@@ -546,7 +546,9 @@ def test_a_missing_or_full_state_folder_ends_it_with_the_code_systemd_does_not_r
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(supervisor.os, "fsync", full)
     assert supervisor.main(["supervisor.py", "--stopped", str(path)]) == supervisor.CANNOT_GO_ON
-    assert "No space left on device" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "No space left on device" in err and len(err.strip().splitlines()) == 1
+    assert "Fix: free space in (or make)" in err and "a3rl-supervise@run.service" in err
     assert not list((tmp_path / "state").glob("*.tmp"))
 
 

@@ -593,7 +593,12 @@ def main(argv: list[str]) -> int:
                 print(f"Ray's API did not answer ({e}); trying again in 10 s", flush=True)
                 time.sleep(10)
     except StateError as e:
-        return _cannot_go_on(str(e))
+        why = str(e)
+        if "Fix:" not in why:
+            why += (f". Fix: free space in (or make) {config['state_dir']}, then "
+                    f"systemctl restart a3rl-supervise@{config.get('run_id')}.service: "
+                    "state.json carries the run on")
+        return _cannot_go_on(why)
 
 
 def _cannot_go_on(why: str) -> int:
