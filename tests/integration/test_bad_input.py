@@ -200,9 +200,12 @@ CASES: dict[str, Case] = {
         "node2: filesystem / has"),
         _group_vars(preflight_disk_requirements=[
             {"path": "/data", "min_free_gb": 100000, "what": "weights"}])),
-    "an env variable name that is not a shell name": Case("recipe_env (inventory)", ENV, (
-        "node1: MY VAR is not a shell variable name", "Fix: rename it in the inventory"),
-        _group_vars(recipe_env_extra={"MY VAR": "1"})),
+    # recipe_env.yml checks the settings first, as preflight does (the role's own check
+    # after it names the same key).
+    "an env variable name that is not a shell name": Case("recipe_env settings", ENV, (
+        "node1, node2: recipe_env_extra: 'MY VAR' is not a shell variable name",
+        "Fix: rename it in the inventory"), _group_vars(recipe_env_extra={"MY VAR": "1"}),
+        host="node1"),
     # --- the artifacts, secrets and settings the stages read on the controller ---
     "an unknown artifact kind": Case("preflight (controller)", SITE, (
         "controller: artifact verl: kind is 'svn'", "Fix: correct the entry"),
@@ -371,8 +374,9 @@ CASES: dict[str, Case] = {
     "an override that is a mapping": Case("train plan", TRAIN, (
         "is not a 'key=value' string",),
         extravars={"algo": "grpo", "overrides": [{"a": 1}]}, host="node1"),
-    "npus_per_node a superscript digit (train plan)": Case("train plan", TRAIN, (
-        "npus_per_node must be a positive whole number, not '²'", "Fix: change -e"),
+    # train.yml checks the inventory's settings before its plan, as preflight does.
+    "npus_per_node a superscript digit (train plan)": Case("train settings", TRAIN, (
+        "node2: npus_per_node '²' is not a positive whole number. Fix:",),
         _group_vars(npus_per_node="²"), extravars={"algo": "grpo"}, host="node1"),
     # --- issue 43: classes of input refused before any change ---
     "a list setting given as a string (-e)": Case("preflight (inventory)", SITE, (
@@ -533,16 +537,18 @@ CASES: dict[str, Case] = {
     "the supervisors' folder in /tmp": Case("preflight (inventory)", SITE, (
         "a3rl_supervise_dir '/tmp/a3rl' is inside /tmp, which every user may write to",
         "Fix:"), _group_vars(a3rl_supervise_dir="/tmp/a3rl")),
-    "a checkpoint folder in the OS's own files (train play)": Case("train plan", TRAIN, (
-        "train_job_checkpoint_dir '/usr/lib/a3rl' is inside /usr", "Fix: set a3rl_checkpoint_dir"),
-        _group_vars(a3rl_checkpoint_dir="/usr/lib/a3rl"),
-        extravars={"algo": "grpo", "train_job_checkpoint": True}, host="node1"),
-    "the supervisors' folder in /tmp (train play)": Case("train plan", TRAIN, (
-        "node1: a3rl_supervise_dir '/var/tmp/a3rl' is inside /var/tmp", "Nothing was submitted"),
-        _group_vars(a3rl_supervise_dir="/var/tmp/a3rl"), extravars={"algo": "grpo"}),
-    "a dashboard bind that is an address (train play)": Case("train plan", TRAIN, (
-        "ray_cluster_dashboard_bind (a3rl_ray_dashboard_bind) '0.0.0.0' is not one of "
-        "loopback, cluster, any", "Fix: set a3rl_ray_dashboard_bind"),
+    # Refused by train.yml's settings check, before its plan and its own folder checks.
+    "a checkpoint folder in the OS's own files (train play)": Case("train settings", TRAIN, (
+        "node1, node2: a3rl_checkpoint_dir '/usr/lib/a3rl' is inside /usr",
+        "Fix: set a3rl_checkpoint_dir"), _group_vars(a3rl_checkpoint_dir="/usr/lib/a3rl"),
+        extravars={"algo": "grpo"}, host="node1"),
+    "the supervisors' folder in /tmp (train play)": Case("train settings", TRAIN, (
+        "node1, node2: a3rl_supervise_dir '/var/tmp/a3rl' is inside /var/tmp", "Fix:"),
+        _group_vars(a3rl_supervise_dir="/var/tmp/a3rl"), extravars={"algo": "grpo"},
+        host="node1"),
+    "a dashboard bind that is an address (train play)": Case("train settings", TRAIN, (
+        "node1, node2: a3rl_ray_dashboard_bind '0.0.0.0' is not one of loopback, cluster, "
+        "any", "Fix: set a3rl_ray_dashboard_bind"),
         _group_vars(a3rl_ray_dashboard_bind="0.0.0.0"), extravars={"algo": "grpo"},
         host="node1"),
     "a run of no training steps": Case("train plan", TRAIN, (
@@ -569,10 +575,13 @@ CASES: dict[str, Case] = {
 # alone.
 # The plan names every problem of its overrides at once too: the "train plan" cases that
 # differ only in their overrides run GROUP_SIZE at a time, one train.yml with all their
-# overrides.
+# overrides. The settings check that a stage playbook runs first (playbooks/tasks/
+# settings.yml) is preflight's one task: its cases with the same playbook and extra vars
+# run GROUP_SIZE at a time too.
 GROUP_SIZE = 10
 GROUPED = "preflight (inventory)"
 PLAN = "train plan"
+SETTINGS = " settings"
 
 
 def _plan_groupable(c: Case) -> bool:
@@ -580,11 +589,26 @@ def _plan_groupable(c: Case) -> bool:
             and set(c.extravars) == {"algo", "overrides"} and c.extravars["algo"] == "grpo")
 
 
+def _group_key(c: Case) -> tuple | None:
+    """The cases one play can hold together: same key (None: the case runs alone)."""
+    if c.needs_driver or not (c.edit or _plan_groupable(c)):
+        return None
+    if c.refused_by == GROUPED and c.playbook == SITE and not c.extravars:
+        return (GROUPED,)
+    if _plan_groupable(c):
+        return (PLAN,)
+    if c.refused_by.endswith(SETTINGS):
+        return (SETTINGS, c.playbook, json.dumps(c.extravars, sort_keys=True))
+    return None
+
+
 def _groups() -> dict[str, tuple[str, ...]]:
     out = {}
-    for fits in (lambda c: c.refused_by == GROUPED and c.playbook == SITE and c.edit
-                 and not c.extravars and not c.needs_driver, _plan_groupable):
-        names = [n for n, c in CASES.items() if fits(c)]
+    by_key: dict[tuple, list[str]] = {}
+    for n, c in CASES.items():
+        if (key := _group_key(c)) is not None:
+            by_key.setdefault(key, []).append(n)
+    for names in by_key.values():
         chunks = [tuple(names[i:i + GROUP_SIZE]) for i in range(0, len(names), GROUP_SIZE)]
         out.update({n: chunk for chunk in chunks if len(chunk) > 1 for n in chunk})
     return out

@@ -36,8 +36,13 @@ NO_DEFAULT = {
 DOC = "docs/role-variables.md"
 
 
+# libyaml's safe loader where PyYAML has it (the same values, about 7x faster): every
+# play's settings check reads every role's spec and defaults (playbooks/tasks/settings.yml).
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _load(path: Path) -> Any:
-    return yaml.safe_load(path.read_text()) if path.is_file() else None
+    return yaml.load(path.read_text(), Loader=_SAFE_LOADER) if path.is_file() else None
 
 
 def role_dirs(roles: Path) -> list[Path]:
