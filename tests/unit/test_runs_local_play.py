@@ -152,3 +152,85 @@ def test_a_token_from_the_environment_is_scrubbed_from_the_events(project, monke
     for path in (p for p in result.record.rglob("*") if p.is_file()):
         text = path.read_text(errors="replace")
         assert "ms-tok-13579" not in text and "shell-tok-24680" not in text, path
+
+
+# A module like a3rl_artifact: its token is a no_log argument, masked in its result.
+HUB_MODULE = """\
+#!/usr/bin/python
+from ansible.module_utils.basic import AnsibleModule
+m = AnsibleModule(argument_spec={"name": {"type": "str"}, "token": {"type": "str", "no_log": True}})
+m.exit_json(changed=False, msg="fetched " + m.params["name"])
+"""
+
+ARGS_PLAY = """\
+- name: Local | Fetch with a hub token, as the artifact store does
+  hosts: local
+  gather_facts: false
+  tasks:
+    - name: Local | Fetch each artifact
+      hub_fetch:
+        name: "{{ item }}"
+        token: "{{ modelscope_token }}"
+      loop: [weights]
+"""
+
+
+def test_a_no_log_argument_never_reaches_the_events_even_with_args_displayed(
+        project, monkeypatch):
+    """issue 53: Ansible shows a task's templated arguments (a no_log module argument
+    too: only the module knows it is one) in the task banner and in ansible-runner's
+    event ``task_args`` when display_args_to_stdout is on; a Vault token in the inventory,
+    which the runner's scrub does not know, then stayed in job_events. The runner turns
+    that display off for its runs."""
+    (project.parent / "playbooks" / "library").mkdir()
+    (project.parent / "playbooks" / "library" / "hub_fetch.py").write_text(HUB_MODULE)
+    (project.parent / "playbooks" / "args.yml").write_text(ARGS_PLAY)
+    project.write_text(project.read_text().rstrip("\n") + " modelscope_token=inv-tok-97531\n")
+    monkeypatch.setenv("ANSIBLE_DISPLAY_ARGS_TO_STDOUT", "True")
+    # the scrub of the inventory's secrets left out: the display alone must keep it out
+    monkeypatch.setattr(runner, "_read_inventory_secrets", lambda *a: None, raising=False)
+    result = runner.run_play("playbooks/args.yml", project, quiet=True)
+    assert result.ok, result.failures
+    events = list(result.record.glob("artifacts/*/job_events/*.json"))
+    assert any("fetched weights" in p.read_text() for p in events)
+    for path in (p for p in result.record.rglob("*") if p.is_file()):
+        assert "inv-tok-97531" not in path.read_text(errors="replace"), path
+
+
+INVENTORY_SECRET_PLAY = """\
+- name: Local | A task whose output carries the inventory's token
+  hosts: local
+  gather_facts: false
+  tasks:
+    - name: Local | Print what a hub client's error would
+      ansible.builtin.debug:
+        msg: >-
+          401 for token {{ modelscope_token }} and {{ registry_password }};
+          {{ a3rl_patched_keys }}
+"""
+
+
+def test_a_token_from_the_inventory_or_vault_is_scrubbed_from_the_events(project, tmp_path):
+    """issue 53: a ModelScope token set in the inventory (a Vault-encrypted group_vars
+    file beside it, or a host variable) that a task's output carries never stays in the
+    record."""
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
+    (tmp_path / "vault-pass").write_text("vault-pw-1\n")
+    vault = VaultLib([("default", VaultSecret(b"vault-pw-1"))])
+    (tmp_path / "group_vars" / "local").mkdir(parents=True)
+    (tmp_path / "group_vars" / "local" / "vault.yml").write_bytes(
+        vault.encrypt("modelscope_token: vault-tok-86420\n"))
+    # a plain setting whose name holds a secret word stays readable
+    project.write_text(project.read_text().rstrip("\n") + " registry_password=inv-pw-97531"
+                       " a3rl_patched_keys=actor.recompute_old_log_prob\n")
+    (project.parent / "playbooks" / "invsecret.yml").write_text(INVENTORY_SECRET_PLAY)
+    result = runner.run_play("playbooks/invsecret.yml", project, quiet=True, extra_env={
+        "ANSIBLE_VAULT_PASSWORD_FILE": str(tmp_path / "vault-pass")})
+    assert result.ok, result.failures
+    events = list(result.record.glob("artifacts/*/job_events/*.json"))
+    assert any(f"401 for token {runner.MASK} and {runner.MASK}; actor.recompute_old_log_prob"
+               in p.read_text() for p in events)
+    for path in (p for p in result.record.rglob("*") if p.is_file()):
+        text = path.read_text(errors="replace")
+        assert "vault-tok-86420" not in text and "inv-pw-97531" not in text, path

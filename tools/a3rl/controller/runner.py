@@ -12,7 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -202,6 +204,10 @@ def run_play(
     chosen = {} if "ANSIBLE_STRATEGY" in (extra_env or {}) else strategy.env()
     env.update(chosen)
     env.update({k: v for k, v in (extra_env or {}).items() if not is_secret_name(k)})
+    # Ansible would show every task's templated arguments in its banner and in the events'
+    # task_args, a module's no_log ones too (a hub token: only the module knows it is
+    # one). The record never holds them, whatever the shell or ansible.cfg says.
+    env["ANSIBLE_DISPLAY_ARGS_TO_STDOUT"] = "False"
     # The log file is read, not watched, when a3rl draws the progress itself.
     if display is not None or not os.isatty(1):
         env["ANSIBLE_NOCOLOR"] = "1"
@@ -226,6 +232,7 @@ def run_play(
     t0 = time.monotonic()
     saved = {k: os.environ.get(k) for k in secret_env}
     os.environ.update(secret_env)
+    reader = _read_inventory_secrets(inventory, env)
     try:
         with display:
             r = ansible_runner.run(
@@ -241,6 +248,7 @@ def run_play(
                 rotate_artifacts=0,
             )
     finally:
+        secret_values += sorted(set(_collect(reader)) - set(secret_values))
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -288,3 +296,88 @@ def _scrub_environment(record: Path) -> None:
         if isinstance(env, dict) and any(is_secret_name(k) for k in env):
             env.update(masked({k: v for k, v in env.items() if is_secret_name(k)}))
             path.write_text(json.dumps(data))
+
+
+def _read_inventory_secrets(inventory: Path, env: dict[str, str]) -> subprocess.Popen | None:
+    """:func:`inventory_secrets`, read beside the play in a process of its own: with the
+    run's environment (its Vault password file), and Ansible's process-wide Vault state
+    stays out of this one."""
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "a3rl.controller.runner", str(inventory.resolve())],
+            env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            text=True)
+    except OSError:
+        return None
+
+
+def _collect(reader: subprocess.Popen | None) -> list[str]:
+    if reader is None:
+        return []
+    try:
+        out, _ = reader.communicate(timeout=120)
+        values = json.loads(out)
+    except (subprocess.TimeoutExpired, ValueError):
+        reader.kill()
+        reader.wait()
+        return []
+    return [v for v in values if isinstance(v, str)] if isinstance(values, list) else []
+
+
+def inventory_secrets(inventory: Path) -> list[str]:
+    """The values of the inventory's secret-looking variables (a Vault-encrypted
+    ``modelscope_token`` in a group_vars file beside it, a host variable), for every host,
+    decrypted with the Vault password file the run used (``ANSIBLE_VAULT_PASSWORD_FILE``
+    or ansible.cfg's) and templated, so that a task's output that carries one is scrubbed
+    from the record too. A name is secret here only when it ends so (``_token``,
+    ``_password``, ``_api_key``...): the inventory's plain settings hold the words too
+    (``a3rl_patched_keys``, ``*_token_len``, ``*_key_file``). An inventory Ansible cannot
+    read here gives none: the play then failed to read it too."""
+    try:
+        from ansible.cli import CLI
+        from ansible.config.manager import ConfigManager
+        from ansible.inventory.manager import InventoryManager
+        from ansible.parsing.dataloader import DataLoader
+        from ansible.template import Templar
+        from ansible.vars.manager import VariableManager
+
+        config = ConfigManager(str(project_root() / "ansible.cfg"))
+        password_file = config.get_config_value("DEFAULT_VAULT_PASSWORD_FILE")
+        loader = DataLoader()
+        CLI.setup_vault_secrets(
+            loader, vault_ids=config.get_config_value("DEFAULT_VAULT_IDENTITY_LIST") or [],
+            vault_password_files=[str(password_file)] if password_file else [],
+            ask_vault_pass=False, auto_prompt=False)
+        inv = InventoryManager(loader=loader, sources=[str(inventory)])
+        variables = VariableManager(loader=loader, inventory=inv)
+        found: set[str] = set()
+        for host in inv.get_hosts():
+            host_vars = variables.get_vars(host=host, include_hostvars=False)
+            templar = Templar(loader=loader, variables=host_vars)
+            for name, value in host_vars.items():
+                if _INVENTORY_SECRET.search(name):
+                    try:
+                        found.update(_strings(templar.template(value)))
+                    except Exception:  # noqa: BLE001 - a value that cannot render is skipped
+                        continue
+        return sorted(v for v in found if len(v) >= _MIN_SCRUB)
+    except Exception:  # noqa: BLE001 - the run's record is complete without these
+        return []
+
+
+_INVENTORY_SECRET = re.compile(
+    r"(^|[_.])(token|password|passwd|secret|passphrase|credentials?|(api|access|private|secret)_?key)$",
+    re.IGNORECASE)
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list | tuple):
+        return [s for v in value for s in _strings(v)]
+    return [str(value)] if isinstance(value, str) else []
+
+
+if __name__ == "__main__":
+    # The values go to the runner on this pipe only.
+    print(json.dumps(inventory_secrets(Path(sys.argv[1]))))
