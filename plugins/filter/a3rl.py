@@ -20,6 +20,7 @@ from a3rl.planning import (
     preflight,
     ray,
     recipe_env,
+    supervision,
 )
 
 
@@ -111,7 +112,10 @@ class FilterModule:
             "a3rl_checkpoint_space_problems": checkpointing.space_problems,
             "a3rl_data_folder_problems": folders.data_problems,
             "a3rl_hang_first_step": checkpointing.hang_first_step_seconds,
+            "a3rl_checkpoint_input": _clear_errors(supervision.checkpoint_input),
+            "a3rl_supervisor_settings": _clear_errors(supervision.supervisor_settings),
             "a3rl_resume_job": _clear_errors(checkpointing.resume_job),
+            "a3rl_in_checkpoint_folder": _clear_errors(checkpointing.in_folder),
             "a3rl_next_attempt": checkpointing.next_attempt,
             "a3rl_run_attempts": checkpointing.attempts,
             "a3rl_attempt_of": checkpointing.attempt_of,

@@ -238,3 +238,31 @@ def test_the_first_step_bound_is_the_override_or_three_steps_and_the_load():
     assert checkpointing.hang_first_step_seconds(0, 7780) == 3 * 7780 + 1800
     assert checkpointing.hang_first_step_seconds("0", None) == 1800 + 1800
     assert checkpointing.hang_first_step_seconds(0, 100) == 1800 + 1800
+
+
+def test_a_run_folder_that_is_a_link_or_open_to_others_is_never_resumed_from(tmp_path):
+    # A local user who plants the run's predictable folder (or a link to theirs) must not
+    # get root to load their checkpoint.
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    _save(theirs, 4)
+    (theirs / checkpoints.MARKER).write_text("4")
+    (tmp_path / "run").symlink_to(theirs)
+    newest, skipped = checkpoints.newest_complete(str(tmp_path / "run"))
+    assert newest is None and "is a symbolic link" in skipped[0], skipped
+    theirs.chmod(0o777)
+    newest, skipped = checkpoints.newest_complete(str(theirs))
+    assert newest is None and "writable by other users (mode 0777)" in skipped[0], skipped
+
+
+def test_a_checkpoint_that_is_a_link_is_skipped_for_an_older_own_one(tmp_path):
+    run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    run.mkdir()
+    _save(run, 1)
+    _save(elsewhere, 2)
+    (run / "global_step_2").symlink_to(elsewhere / "global_step_2")
+    (run / checkpoints.MARKER).write_text("2")
+    newest, skipped = checkpoints.newest_complete(str(run))
+    assert newest["step"] == 1
+    assert skipped == [f"global_step_2 is a symlink to {elsewhere}/global_step_2, not a "
+                       "folder verl wrote"]

@@ -45,6 +45,7 @@ class FakeApi:
         self.polls: dict[str, int] = {}
         self.submitted: list[tuple[str, str]] = []
         self.stopped: list[str] = []
+        self.earlier: set[str] = set()  # attempts of an earlier run under the same id
         self.node_list = [{"node_ip": ip, "state": "ALIVE", "resources_total": {"NPU": 1}}
                           for ip in NODES.values()]
 
@@ -55,14 +56,16 @@ class FakeApi:
         return states[min(i, len(states) - 1)]
 
     def job(self, sid):
-        if sid not in self.script:
+        # A resumed attempt is known to Ray once it was submitted.
+        if sid not in self.script or ("-r" in sid and sid not in dict(self.submitted)
+                                      and sid not in self.earlier):
             return None
         if sid in self.stopped:
             return {"submission_id": sid, "status": "STOPPED", "start_time": 0}
         self.polls[sid] = self.polls.get(sid, 0) + 1
         status, _ = self._now(sid)
         return {"submission_id": sid, "status": status, "message": f"{sid} says {status}",
-                "start_time": 1000}
+                "start_time": 1000, "entrypoint": dict(self.submitted).get(sid)}
 
     def logs(self, sid):
         return self._now(sid)[1]
@@ -407,3 +410,204 @@ def test_a_follow_ends_when_nothing_will_resume_the_run(status, supervisor, over
     record = {"status": status} if status else {}
     assert rayjobs.follow_state(record, supervisor) == {
         "over": over, "lost": lost, "resuming": resuming}
+
+
+class Crash(Exception):
+    """The supervisor's process ending where it sleeps (a reboot, systemctl restart)."""
+
+
+def _crash_at(clock: FakeClock, seconds: float):
+    """A sleep that ends the process at the first wait of ``seconds``."""
+    def sleep(wait):
+        if wait == seconds:
+            raise Crash
+        clock.sleep(wait)
+    return sleep
+
+
+@pytest.mark.parametrize("crash_at", [10, 5])  # its backoff; its wait for a whole cluster
+def test_a_restart_while_it_resumes_a_hung_run_carries_on_and_counts_the_try_once(
+        tmp_path, crash_at):
+    script = [("RUNNING", "step:1 - a:1"), ("RUNNING", "step:2 - a:1")]
+    sup, api, ops = _sup(tmp_path, {"run": script}, whole_timeout_s=60)
+    if crash_at == 10:  # its backoff (backoff_s 10)
+        sup.sleep = _crash_at(sup.clock, crash_at)
+    else:  # the first look at the cluster finds it short of a node
+        api.node_list.pop()
+    with pytest.raises(Crash):
+        sup.run() if crash_at == 10 else _run_until_waiting(sup)
+    assert api.stopped == ["run"]  # it stopped the hung job itself
+    api.node_list = [{"node_ip": ip, "state": "ALIVE", "resources_total": {"NPU": 1}}
+                     for ip in NODES.values()]
+    again = supervisor.Supervisor(sup.cfg, api=api, ops=ops, clock=sup.clock,
+                                  sleep=sup.clock.sleep)
+    assert again.run() == 0
+    kinds = [e["event"] for e in _events(tmp_path)]
+    assert "stopped-by-user" not in kinds, kinds
+    assert [sid for sid, _ in api.submitted] == ["run-r2"] and kinds[-1] == "succeeded"
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert state["tries"] == 1 and "recovering" not in state
+
+
+def _run_until_waiting(sup):
+    """run() with the first wait for a whole cluster crashing."""
+    real = sup.sleep
+
+    def sleep(wait):
+        if any(e["event"] == "waiting" for e in _events(Path(sup.dir))):
+            raise Crash
+        real(wait)
+    sup.sleep = sleep
+    return sup.run()
+
+
+def test_a_restart_between_the_submission_and_its_save_submits_the_attempt_once(tmp_path):
+    sup, api, ops = _sup(tmp_path, {"run": [("FAILED", "")]})
+    real_submit = api.submit
+
+    def submit_then_crash(*args):
+        real_submit(*args)
+        raise Crash
+    api.submit = submit_then_crash
+    with pytest.raises(Crash):
+        sup.run()
+    api.submit = real_submit
+    again = supervisor.Supervisor(sup.cfg, api=api, ops=ops, clock=sup.clock,
+                                  sleep=sup.clock.sleep)
+    assert again.run() == 0
+    assert [sid for sid, _ in api.submitted] == ["run-r2"]
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert state["tries"] == 1 and state["result"] == "succeeded"
+
+
+@pytest.mark.parametrize("error", [
+    lambda argv, **kw: (_ for _ in ()).throw(
+        supervisor.subprocess.TimeoutExpired(argv, kw["timeout"])),
+    lambda argv, **kw: (_ for _ in ()).throw(FileNotFoundError(2, "No such file", argv[0])),
+])
+def test_a_cluster_ops_call_that_hangs_or_cannot_start_counts_the_try_and_gives_up(
+        tmp_path, monkeypatch, error):
+    monkeypatch.setattr(supervisor.subprocess, "run", error)
+    sup, api, _ = _sup(tmp_path, {"run": [("FAILED", "")]}, whole_timeout_s=30)
+    sup.ops = sup._ops
+    assert sup.run() == 0
+    events = _events(tmp_path)
+    assert any(e["event"] == "ops-failed" for e in events)
+    last = events[-1]
+    assert last["event"] == "gave-up" and "did not become whole" in last["why"], last
+    assert "node1: not cleaned (cluster_ops kill" in last["why"]
+    assert api.submitted == []
+    assert json.loads((tmp_path / "state.json").read_text())["tries"] == 1
+
+
+def test_no_answer_from_cluster_ops_is_neither_clean_nor_whole(tmp_path):
+    sup, api, ops = _sup(tmp_path, {"run": [("FAILED", "")]}, whole_timeout_s=30)
+    sup.ops = lambda action, args: {}
+    assert sup.whole_problems() == ["node1: no answer to the health check",
+                                    "node2: no answer to the health check"]
+    assert sup.run() == 0
+    last = _events(tmp_path)[-1]
+    assert last["event"] == "gave-up" and "node2: not cleaned" in last["why"], last
+    assert api.submitted == []
+
+
+def test_a_node_cleaned_late_is_cleaned_before_the_run_is_resubmitted(tmp_path):
+    sup, api, ops = _sup(tmp_path, {"run": [("FAILED", "")]})
+    answers = iter([{"nodes": {"10.0.0.1": {"killed": []}}}])
+    real = ops.__call__
+    sup.ops = lambda action, args: next(answers, None) or real(action, args) \
+        if action == "kill" else real(action, args)
+    assert sup.run() == 0
+    kinds = [e["event"] for e in _events(tmp_path)]
+    assert kinds.count("cleaned") == 2 and kinds.index("cleaned", 4) < kinds.index("whole")
+    assert [sid for sid, _ in api.submitted] == ["run-r2"]
+
+
+def test_a_cut_state_is_read_from_its_copy_and_never_reset(tmp_path):
+    always = [("RUNNING", ""), ("FAILED", "")]
+    sup, api, ops = _sup(tmp_path, {"run": always, "run-r2": always}, max_tries=1)
+    sup.sleep = _crash_at(sup.clock, 10)
+    with pytest.raises(Crash):
+        sup.run()
+    (tmp_path / "state.json").write_text('{"run_id": "run", "submiss')  # cut
+    again = supervisor.Supervisor(sup.cfg, api=api, ops=ops, clock=sup.clock,
+                                  sleep=sup.clock.sleep)
+    assert again.state["tries"] == 1
+    (tmp_path / "state.json.prev").write_text("")
+    with pytest.raises(supervisor.StateError, match="cannot be read"):
+        supervisor.Supervisor(sup.cfg, api=api, ops=ops, clock=sup.clock)
+
+
+def _main_config(tmp_path: Path, **cfg) -> Path:
+    config = {"run_id": "run", "submission_id": "run", "url": "http://127.0.0.1:9",
+              "state_dir": str(tmp_path / "state"), "nodes": NODES, "job": {"x": 1}, **cfg}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def test_a_missing_or_full_state_folder_ends_it_with_the_code_systemd_does_not_restart(
+        tmp_path, monkeypatch, capsys):
+    unit = (Path(__file__).parents[2] / "roles/run_supervisor/templates/etc/systemd/system"
+            / "a3rl-supervise@.service.j2").read_text()
+    assert f"RestartPreventExitStatus={supervisor.CANNOT_GO_ON}" in unit
+    path = _main_config(tmp_path)
+    assert supervisor.main(["supervisor.py", str(path)]) == supervisor.CANNOT_GO_ON
+    err = capsys.readouterr().err
+    assert "cannot go on: cannot write" in err and "events.jsonl" in err
+    (tmp_path / "state").mkdir()
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(supervisor.os, "fsync", full)
+    assert supervisor.main(["supervisor.py", "--stopped", str(path)]) == supervisor.CANNOT_GO_ON
+    err = capsys.readouterr().err
+    assert "No space left on device" in err and len(err.strip().splitlines()) == 1
+    assert "Fix: free space in (or make)" in err and "a3rl-supervise@run.service" in err
+    assert not list((tmp_path / "state").glob("*.tmp"))
+
+
+@pytest.mark.parametrize(("key", "value", "needle"), [
+    ("poll_s", "30s", "run_supervisor_poll '30s' is not a number of seconds above 0"),
+    ("hang_floor_s", "nan", "run_supervisor_hang_floor 'nan' is not a number of seconds"),
+    ("backoff_max_s", "inf", "run_supervisor_backoff_max 'inf' is not a number of seconds"),
+    ("max_tries", -1, "run_supervisor_max_tries -1 is not a whole number at least 0"),
+    ("whole_timeout_s", "2h", "run_supervisor_whole_timeout '2h'"),
+    ("net_check", "maybe", "run_supervisor_net_check 'maybe' is not true or false"),
+    ("log_lines", 2.5, "run_supervisor_log_lines 2.5 is not a whole number"),
+])
+def test_a_setting_that_is_not_its_type_is_refused_naming_its_variable(key, value, needle):
+    problems: list[str] = []
+    assert supervisor.typed_setting(key, value, problems) is None
+    assert len(problems) == 1 and needle in problems[0] and "Fix:" in problems[0], problems
+
+
+def test_settings_given_as_strings_are_read_as_their_types():
+    problems: list[str] = []
+    got = {k: supervisor.typed_setting(k, v, problems) for k, v in
+           [("poll_s", "30"), ("max_tries", "0"), ("net_check", "false"),
+            ("hang_factor", 3), ("log_lines", 300.0)]}
+    assert problems == []
+    assert got == {"poll_s": 30.0, "max_tries": 0, "net_check": False, "hang_factor": 3.0,
+                   "log_lines": 300}
+    assert type(got["log_lines"]) is int
+
+
+def test_a_config_with_a_bad_setting_ends_it_before_it_acts(tmp_path, capsys):
+    path = _main_config(tmp_path, hang_floor_s=float("nan"))
+    (tmp_path / "state").mkdir()
+    assert supervisor.main(["supervisor.py", str(path)]) == supervisor.CANNOT_GO_ON
+    assert "config.json's hang_floor_s nan" in capsys.readouterr().err
+    assert not (tmp_path / "state" / "events.jsonl").exists()
+
+
+def test_a_rerun_resumes_under_an_attempt_number_its_earlier_run_did_not_use(tmp_path):
+    # The run's first life left run-r2 in Ray's list; the rerun's own next attempt is r3.
+    sup, api, ops = _sup(tmp_path, {"run": [("FAILED", "")], "run-r2": [("FAILED", "")]})
+    api.earlier.add("run-r2")
+    assert sup.run() == 0
+    assert [sid for sid, _ in api.submitted] == ["run-r3"]
+    resubmitted = [e for e in _events(tmp_path) if e["event"] == "resubmitted"]
+    assert [e["attempt"] for e in resubmitted] == [3]
+    assert _events(tmp_path)[-1]["event"] == "succeeded"
+    assert json.loads((tmp_path / "state.json").read_text())["tries"] == 1

@@ -72,9 +72,32 @@ def _has_files(path):
     return False
 
 
+def untrusted(path):
+    """Why ``path`` is not the run's own (a symbolic link, or owned by another user than
+    the one reading it, or writable by others), or None. A resume loads what the folder
+    holds as root, so a folder another local user placed at the run's predictable path,
+    or a link to one, is never resumed from."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return f"{path} is a symbolic link, not the run's own folder"
+    if st.st_uid != os.geteuid():
+        return f"{path} is owned by uid {st.st_uid}, not by uid {os.geteuid()} that reads it"
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        return f"{path} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
 def scan(run_dir):
     """Every ``global_step_<N>`` folder of the run, newest first, each with ``step``,
-    ``path``, ``complete`` and, when not complete, ``why``; and the marker's step."""
+    ``path``, ``complete`` and, when not complete, ``why``; and the marker's step. A run
+    folder that is not the run's own (:func:`untrusted`) has none, and ``refused`` says
+    why."""
+    refused = untrusted(run_dir)
+    if refused:
+        return {"marker": None, "checkpoints": [], "refused": refused + ": not resumed from"}
     marker = marker_step(run_dir)
     try:
         names = os.listdir(run_dir)
@@ -91,16 +114,18 @@ def scan(run_dir):
         if os.path.islink(path):
             entry["why"] = (f"{name} is a symlink to {os.path.realpath(path)}, not a folder "
                             "verl wrote")
+        elif [p for p in ("actor", "data.pt") if os.path.islink(os.path.join(path, p))]:
+            entry["why"] = (f"{name} is not as verl wrote it: " + " and ".join(
+                f"{p} is a symlink" for p in ("actor", "data.pt")
+                if os.path.islink(os.path.join(path, p))))
+        elif planted := untrusted(path) or untrusted(os.path.join(path, "data.pt")):
+            entry["why"] = f"{name} is skipped: {planted}"
         elif marker is None:
             entry["why"] = (f"{name} has no completion marker: {MARKER} is missing or "
                             "unreadable (verl writes it last, after every part)")
         elif step > marker:
             entry["why"] = (f"{name} has no completion marker: {MARKER} names step "
                             f"{marker}, so its save did not finish")
-        elif [p for p in ("actor", "data.pt") if os.path.islink(os.path.join(path, p))]:
-            entry["why"] = (f"{name} is not as verl wrote it: " + " and ".join(
-                f"{p} is a symlink" for p in ("actor", "data.pt")
-                if os.path.islink(os.path.join(path, p))))
         elif not _has_files(os.path.join(path, "actor")):
             entry["why"] = f"{name} is incomplete: actor/ holds no shard"
         elif not os.path.isfile(os.path.join(path, "data.pt")):
@@ -115,8 +140,9 @@ def scan(run_dir):
 def newest_complete(run_dir):
     """``(checkpoint or None, skipped)``: the newest complete checkpoint and the reasons
     the newer ones were skipped (one line each)."""
-    found = scan(run_dir)["checkpoints"]
-    skipped = []
+    scanned = scan(run_dir)
+    found = scanned["checkpoints"]
+    skipped = [scanned["refused"]] if scanned.get("refused") else []
     for entry in found:
         if entry["complete"]:
             return entry, skipped
@@ -178,14 +204,36 @@ def resume_job(job: Mapping[str, Any], run_id: str, attempt: int,
         raise ValueError(f"attempt {attempt}: a resumed attempt is the second or later")
     extra = (["trainer.resume_mode=resume_path", f"trainer.resume_from_path={from_path}"]
              if from_path else ["trainer.resume_mode=disable"])
-    keep = [o for o in job["overrides"]
-            if o.lstrip("+~").split("=", 1)[0] not in ("trainer.resume_mode",
-                                                       "trainer.resume_from_path")]
+    return {**_with_overrides(job, ("trainer.resume_mode", "trainer.resume_from_path"), extra),
+            "submission_id": f"{run_id}-r{attempt}", "run_id": run_id, "attempt": attempt,
+            "resume_from": from_path}
+
+
+def in_folder(job: Mapping[str, Any], folder: str, fresh: bool = False) -> dict[str, Any]:
+    """The same job writing its checkpoints to ``folder`` (``trainer.default_local_dir``,
+    and the plan's ``checkpoint.dir``); ``fresh``: from step 0 (``trainer.resume_mode=
+    disable``), which a rerun of an ended run is, whatever verl's ``auto`` would find."""
+    if not folder or not str(folder).startswith("/"):
+        raise ValueError(f"checkpoint folder {folder!r} is not an absolute path")
+    keys = ("trainer.default_local_dir",) + (
+        ("trainer.resume_mode", "trainer.resume_from_path") if fresh else ())
+    extra = [f"trainer.default_local_dir={folder}"] + (
+        ["trainer.resume_mode=disable"] if fresh else [])
+    out = _with_overrides(job, keys, extra)
+    if isinstance(job.get("checkpoint"), Mapping):
+        out["checkpoint"] = {**job["checkpoint"], "dir": folder}
+    return out
+
+
+def _with_overrides(job: Mapping[str, Any], keys: Iterable[str],
+                    extra: list[str]) -> dict[str, Any]:
+    """``job`` with its overrides of ``keys`` replaced by ``extra``, its entrypoint and
+    Hydra overrides made again from them."""
+    keys = tuple(keys)
+    keep = [o for o in job["overrides"] if o.lstrip("+~").split("=", 1)[0] not in keys]
     overrides = [*keep, *extra]
     prefix = job["entrypoint"].split(" --config-name=", 1)[0]
     entrypoint = " ".join([prefix, f"--config-name={job['config_name']}",
                            *(shlex.quote(o) for o in overrides)])
     return {**job, "overrides": overrides, "entrypoint": entrypoint,
-            "hydra_overrides": [o for o in overrides if not o.startswith("+")],
-            "submission_id": f"{run_id}-r{attempt}", "run_id": run_id, "attempt": attempt,
-            "resume_from": from_path}
+            "hydra_overrides": [o for o in overrides if not o.startswith("+")]}

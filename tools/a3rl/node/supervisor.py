@@ -33,6 +33,7 @@ Standard library only; on the head its node-side neighbours are files beside it.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -59,6 +60,76 @@ SUCCEEDED, USER_STOPPED, GAVE_UP = "succeeded", "stopped-by-user", "gave-up"
 DEFAULTS = {"poll_s": 30, "max_tries": 3, "backoff_s": 60, "backoff_max_s": 900,
             "hang_first_step_s": 7200, "hang_factor": 3.0, "hang_floor_s": 600,
             "whole_timeout_s": 1800, "log_lines": 300, "ops_timeout_s": 180}
+# The settings a run's config carries: config key -> (the play's variable, kind, least
+# value, whether the least is allowed). Checked by the training play before it submits
+# (the a3rl_supervisor_settings filter) and again by the supervisor as it starts.
+SETTINGS = {
+    "poll_s": ("run_supervisor_poll", "seconds", 0, False),
+    "max_tries": ("run_supervisor_max_tries", "count", 0, True),
+    "backoff_s": ("run_supervisor_backoff", "seconds", 0, True),
+    "backoff_max_s": ("run_supervisor_backoff_max", "seconds", 0, True),
+    "hang_factor": ("run_supervisor_hang_factor", "number", 0, False),
+    "hang_floor_s": ("run_supervisor_hang_floor", "seconds", 0, False),
+    "hang_first_step_s": ("run_supervisor_hang_first_step", "seconds", 0, True),
+    "whole_timeout_s": ("run_supervisor_whole_timeout", "seconds", 0, False),
+    "net_check": ("run_supervisor_net_check", "switch", None, True),
+    "clock_bound_s": ("run_supervisor_clock_bound", "seconds", 0, False),
+    "log_lines": ("run_supervisor_log_lines", "count", 0, False),
+}
+# The exit code of a supervisor that cannot go on by itself (its state folder missing or
+# full, its state or config unreadable): the unit does not restart it
+# (RestartPreventExitStatus=), so it says why once instead of crash-looping.
+CANNOT_GO_ON = 3
+_ON, _OFF = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+class StateError(Exception):
+    """The supervisor cannot read or write its state folder (missing, full, cut)."""
+
+
+def typed_setting(key: str, value: Any, problems: list[str], name: str | None = None) -> Any:
+    """``value`` of the setting ``key`` (SETTINGS) as its type, or None with one message in
+    ``problems`` naming the variable (``name``, by default the play's) and the fix. Strings
+    are read as -e gives them ("30", "true"); "30s", "nan", "-1" or "2h" are refused."""
+    var, kind, least, least_ok = SETTINGS[key]
+    var = name or var
+    if kind == "switch":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _ON + _OFF:
+            return value.strip().lower() in _ON
+        problems.append(f"{var} {value!r} is not true or false. Fix: -e {var}=true or false")
+        return None
+    got: Any = value
+    if isinstance(got, str):
+        try:
+            got = float(got.strip()) if kind != "count" else int(got.strip())
+        except ValueError:
+            pass
+    if isinstance(got, float) and kind == "count" and got.is_integer():
+        got = int(got)
+    ok = (not isinstance(got, bool) and isinstance(got, int if kind == "count" else int | float)
+          and math.isfinite(got) and (got >= least if least_ok else got > least))
+    if not ok:
+        what = {"seconds": "a number of seconds", "number": "a number",
+                "count": "a whole number"}[kind]
+        bound = f"at least {least}" if least_ok else f"above {least}"
+        problems.append(f"{var} {value!r} is not {what} {bound}. Fix: give it as a plain "
+                        f"number (-e {var}=<{kind}>), without a unit")
+        return None
+    return got if kind == "count" else float(got)
+
+
+def config_problems(config: Mapping[str, Any]) -> list[str]:
+    """What is wrong with a run's config.json: its settings (SETTINGS) and its keys."""
+    problems: list[str] = []
+    for key in ("run_id", "submission_id", "state_dir", "url", "nodes", "job"):
+        if not config.get(key):
+            problems.append(f"config.json has no {key}")
+    for key in SETTINGS:
+        if key in config:
+            typed_setting(key, config[key], problems, name=f"config.json's {key}")
+    return problems
 
 
 class Supervisor:
@@ -75,20 +146,42 @@ class Supervisor:
         self.ops = ops or self._ops
         self.clock = clock
         self.sleep = sleep
+        self.unclean: list[str] = []  # what the last kill left or could not reach
         self.state = self._load_state()
 
     # --- state and events ---
 
     def _load_state(self) -> dict[str, Any]:
-        try:
-            with open(os.path.join(self.dir, "state.json"), encoding="utf-8") as f:
-                return json.load(f)
-        except (OSError, ValueError):
-            return {"run_id": self.cfg["run_id"], "submission_id": self.cfg["submission_id"],
-                    "tries": 0, "result": None}
+        """state.json; its copy state.json.prev when it is cut (written by the same save
+        just after it, so it holds the same tries and attempt); a fresh state only when
+        neither exists (the play writes both as it starts a run). Never a silent reset:
+        both there and unreadable is a StateError."""
+        path = os.path.join(self.dir, "state.json")
+        cut = []
+        for name in (path, path + ".prev"):
+            try:
+                with open(name, encoding="utf-8") as f:
+                    state = json.load(f)
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError) as e:
+                cut.append(f"{name}: {e}")
+                continue
+            if isinstance(state, dict) and isinstance(state.get("tries"), int) \
+                    and state.get("submission_id"):
+                return state
+            cut.append(f"{name}: not a supervisor state")
+        if cut:
+            raise StateError("the run's state cannot be read (" + "; ".join(cut) + "), so "
+                             "its attempt and tries are not known. Fix: read events.jsonl in "
+                             f"{self.dir} and resume the run (-e train_job_resume=true)")
+        return {"run_id": self.cfg["run_id"], "submission_id": self.cfg["submission_id"],
+                "tries": 0, "result": None}
 
     def _save(self) -> None:
-        _write_json(os.path.join(self.dir, "state.json"), self.state)
+        path = os.path.join(self.dir, "state.json")
+        _write_json(path, self.state)
+        _write_json(path + ".prev", self.state)
 
     def event(self, kind: str, **fields: Any) -> None:
         record = {"time": self.clock(), "event": kind,
@@ -97,8 +190,12 @@ class Supervisor:
         line = rayjobs.masked_text(json.dumps(record, sort_keys=True), [
             json.dumps(v)[1:-1] for k, v in ((self.cfg.get("job") or {}).get("env") or {})
             .items() if str(k).startswith(rayjobs.SECRET_ENV_PREFIX)])
-        with open(os.path.join(self.dir, "events.jsonl"), "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+        path = os.path.join(self.dir, "events.jsonl")
+        try:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+        except OSError as e:
+            raise StateError(f"cannot write {path}: {e}") from None
         print(line, flush=True)
 
     # --- the loop ---
@@ -108,6 +205,15 @@ class Supervisor:
         if self.state.get("result"):
             return 0
         self.event("follow", tries=self.state["tries"])
+        pending = self.state.get("recovering") or {}
+        if pending.get("submission_id") == self.state["submission_id"]:
+            # Restarted while it was bringing the run back (its backoff, its wait for a
+            # whole cluster): the attempt it stopped itself is not the user's stop.
+            self.event("recovering", of=pending.get("kind"), why=pending.get("why"),
+                       tries=self.state["tries"])
+            if not self._recover(pending.get("kind") or "failed", pending.get("why") or "",
+                                 self.api.job(self.state["submission_id"])):
+                return 0
         seen = _Progress(self.clock())
         while True:
             record = self.api.job(self.state["submission_id"])
@@ -146,16 +252,26 @@ class Supervisor:
     def _recover(self, kind: str, why: str, record: Mapping[str, Any] | None) -> bool:
         """A failure or hang: bundle, clean, wait, resubmit. False when it gave up."""
         sid = self.state["submission_id"]
-        self.event(kind, why=why)
-        self._bundle(sid, record)
+        # Persisted before the job is stopped, cleared with the next attempt's submission:
+        # a restart in between carries on here, and counts the try once.
+        pending = self.state.get("recovering") or {}
+        counted = pending.get("submission_id") == sid and pending.get("counted")
+        if not counted:
+            self.state["recovering"] = {"submission_id": sid, "kind": kind, "why": why}
+            self._save()
+            self.event(kind, why=why)
+            self._bundle(sid, record)
         if record is not None and record.get("status") in ("RUNNING", "PENDING"):
             self.api.stop(sid)
             self._wait_ended(sid)
         left = self._clean()
-        self.state["tries"] += 1
-        self._save()
+        if not counted:
+            self.state["tries"] += 1
+            self.state["recovering"]["counted"] = True
+            self._save()
         if self.state["tries"] > int(self.cfg["max_tries"]):
             self.state["result"] = GAVE_UP
+            self.state.pop("recovering", None)
             self._save()
             self.event(GAVE_UP, why=f"{self.state['tries'] - 1} resumed attempt(s) failed "
                        f"(max_tries={self.cfg['max_tries']}); the last: {why}. {left} Fix: "
@@ -170,6 +286,7 @@ class Supervisor:
         if problems:
             left = self._clean()
             self.state["result"] = GAVE_UP
+            self.state.pop("recovering", None)
             self._save()
             self.event(GAVE_UP, why="the cluster did not become whole within "
                        f"{self.cfg['whole_timeout_s']} s: " + "; ".join(problems) + f". {left}")
@@ -180,7 +297,12 @@ class Supervisor:
     def _clean(self) -> str:
         """Kill what is left of the job on every node (trainers, processes holding an
         NPU's device file); the sentence that says what the cluster was left with."""
-        got = self.ops("kill", {}).get("nodes", {})
+        answer = self.ops("kill", {})
+        got = {str(ip): r for ip, r in (answer.get("nodes") or {}).items()}
+        # Every expected node that did not answer (the ops call failed, the node is gone)
+        # is not known to be clean.
+        for ip in self._unanswered(got):
+            got[ip] = {"error": answer.get("error") or "no answer to the kill"}
         self.event("cleaned", killed={ip: [p["title"] for p in r.get("killed", [])]
                                       for ip, r in got.items()},
                    left={ip: r["left"] for ip, r in got.items() if r.get("left")},
@@ -189,12 +311,21 @@ class Supervisor:
                 + (f" holding {', '.join(p['devices'])}" if p.get("devices") else "")
                 for ip, r in got.items() for p in r.get("left", [])]
         unread = [ip for ip, r in got.items() if r.get("error")]
+        names = self._names()
+        self.unclean = [f"{names.get(ip, ip)}: not cleaned ({got[ip]['error']})"
+                        for ip in unread] + [f"{p} still running after the kill" for p in left]
         if left:
             return "Still running after the kill: " + "; ".join(left) + "."
         if unread or not got:
             return ("The cluster could not be cleaned everywhere: no answer from "
                     + (", ".join(unread) if unread else "any node") + ".")
         return "The cluster was left without trainer processes or held NPU devices."
+
+    def _names(self) -> dict[str, str]:
+        return {str(ip): host for host, ip in dict(self.cfg["nodes"]).items()}
+
+    def _unanswered(self, got: Mapping[str, Any]) -> list[str]:
+        return [str(ip) for ip in dict(self.cfg["nodes"]).values() if str(ip) not in got]
 
     def _wait_ended(self, sid: str) -> None:
         deadline = self.clock() + 120
@@ -207,7 +338,9 @@ class Supervisor:
         deadline = self.clock() + float(self.cfg["whole_timeout_s"])
         problems = ["not checked yet"]
         while True:
-            problems = self.whole_problems()
+            if self.unclean:  # the last kill did not reach every node: again
+                self._clean()
+            problems = self.unclean + self.whole_problems()
             if not problems:
                 self.event("whole")
                 return []
@@ -235,8 +368,12 @@ class Supervisor:
         if problems:
             return problems
         checked = self.ops("health", {"npus": npus, "net": bool(self.cfg.get("net_check", True))})
-        by_ip = {str(ip): host for host, ip in want.items()}
-        for ip, got in sorted(checked.get("nodes", {}).items()):
+        by_ip = self._names()
+        answers = {str(ip): r for ip, r in (checked.get("nodes") or {}).items()}
+        for ip in self._unanswered(answers):  # an NPU whose health was not read is not OK
+            answers[ip] = {"error": "no answer to the health check"
+                           + (f" ({checked['error']})" if checked.get("error") else "")}
+        for ip, got in sorted(answers.items()):
             host = by_ip.get(str(ip), str(ip))
             if got.get("error"):
                 problems.append(f"{host}: {got['error']}")
@@ -298,30 +435,51 @@ class Supervisor:
         attempt = checkpoints.attempt_of(self.state["submission_id"]) + 1
         folder = (self.cfg.get("checkpoint") or {}).get("dir")
         newest, skipped = checkpoints.newest_complete(folder) if folder else (None, [])
-        job = checkpoints.resume_job(self.cfg["job"], run_id, attempt,
-                                     newest["path"] if newest else None)
-        self.api.submit(job["submission_id"], job["entrypoint"],
-                        {"env_vars": dict(self.cfg["job"].get("env") or {})},
-                        {**(self.cfg.get("metadata") or {}), "attempt": str(attempt)})
+        while True:
+            job = checkpoints.resume_job(self.cfg["job"], run_id, attempt,
+                                         newest["path"] if newest else None)
+            known = self.api.job(job["submission_id"])
+            if known is None:
+                self.api.submit(job["submission_id"], job["entrypoint"],
+                                {"env_vars": dict(self.cfg["job"].get("env") or {})},
+                                {**(self.cfg.get("metadata") or {}), "attempt": str(attempt)})
+                break
+            if known.get("entrypoint") == job["entrypoint"]:
+                break  # submitted already, when a restart came before the state's save
+            attempt += 1  # an attempt of an earlier run under this id (a rerun): the next
         self.state["submission_id"] = job["submission_id"]
+        self.state.pop("recovering", None)
         self._save()
         self.event("resubmitted", attempt=attempt,
                    resume_from=newest["path"] if newest else None, skipped=skipped)
 
     def _ops(self, action: str, args: dict) -> dict:
         """``cluster_ops.py`` as a Ray driver where Ray runs on the head."""
-        with open(OPS, encoding="utf-8") as f:
-            code = f.read()
-        env = dict(os.environ)
-        env.update(rayjobs.read_env_file(self.cfg.get("token_env_file")))
         argv = [*self.cfg["ops_command"], action, json.dumps(args)]
-        done = subprocess.run(argv, input=code, capture_output=True, text=True, env=env,
-                              timeout=float(self.cfg["ops_timeout_s"]) + 60, check=False)
+        timeout = float(self.cfg["ops_timeout_s"]) + 60
+        # A call that hangs or cannot start is an answer from no node (so nothing counts
+        # as cleaned or healthy), never an exception that restarts the unit uncounted.
         try:
-            return json.loads(done.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            return {"nodes": {}, "error": f"cluster_ops {action} exited {done.returncode}: "
-                    f"{done.stderr.strip()[-500:]}"}
+            with open(OPS, encoding="utf-8") as f:
+                code = f.read()
+            env = dict(os.environ)
+            env.update(rayjobs.read_env_file(self.cfg.get("token_env_file")))
+            done = subprocess.run(argv, input=code, capture_output=True, text=True, env=env,
+                                  timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            error = f"cluster_ops {action} did not end within {timeout:.0f} s"
+        except (OSError, ValueError) as e:
+            error = f"cluster_ops {action} could not be run ({argv[0]}): {e}"
+        else:
+            try:
+                got = json.loads(done.stdout.strip().splitlines()[-1])
+                if isinstance(got, dict):
+                    return got
+            except (ValueError, IndexError):
+                pass
+            error = f"cluster_ops {action} exited {done.returncode}: {done.stderr.strip()[-500:]}"
+        self.event("ops-failed", action=action, why=error)
+        return {"nodes": {}, "error": error}
 
 
 class _Progress:
@@ -378,10 +536,21 @@ class RayApi:
 
 
 def _write_json(path: str, data: Any) -> None:
+    """``data`` to ``path`` whole or not at all (temp name, flushed to disk, renamed); a
+    folder that is gone or full is a StateError."""
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise StateError(f"cannot write {path}: {e}") from None
 
 
 def mark_stopped(config: Mapping[str, Any]) -> bool:
@@ -401,20 +570,45 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2 + stopped:
         print("usage: supervisor.py [--stopped] <state dir>/config.json", file=sys.stderr)
         return 2
-    with open(argv[-1], encoding="utf-8") as f:
-        config = json.load(f)
+    try:
+        with open(argv[-1], encoding="utf-8") as f:
+            config = json.load(f)
+        if not isinstance(config, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as e:
+        return _cannot_go_on(f"its config {argv[-1]} cannot be read ({e}). Fix: start the "
+                             "run's supervisor with the training play")
     config.setdefault("state_dir", os.path.dirname(os.path.abspath(argv[-1])))
-    if stopped:
-        print("marked stopped" if mark_stopped(config) else "already ended")
-        return 0
+    problems = config_problems(config)
+    if problems:
+        return _cannot_go_on("; ".join(problems) + ". Fix: start the run's supervisor with "
+                             "the training play, which checks its settings")
     # A failing API call is retried by the next poll; systemd restarts the unit when the
-    # process itself dies (Restart=on-failure), and state.json carries it on.
-    while True:
-        try:
-            return Supervisor(config).run()
-        except rayjobs.RayApiError as e:
-            print(f"Ray's API did not answer ({e}); trying again in 10 s", flush=True)
-            time.sleep(10)
+    # process itself dies (Restart=on-failure), and state.json carries it on. What the
+    # supervisor cannot mend itself (its state folder gone or full, its state cut) ends
+    # it with CANNOT_GO_ON, which the unit does not restart.
+    try:
+        if stopped:
+            print("marked stopped" if mark_stopped(config) else "already ended")
+            return 0
+        while True:
+            try:
+                return Supervisor(config).run()
+            except rayjobs.RayApiError as e:
+                print(f"Ray's API did not answer ({e}); trying again in 10 s", flush=True)
+                time.sleep(10)
+    except StateError as e:
+        why = str(e)
+        if "Fix:" not in why:
+            why += (f". Fix: free space in (or make) {config['state_dir']}, then "
+                    f"systemctl restart a3rl-supervise@{config.get('run_id')}.service: "
+                    "state.json carries the run on")
+        return _cannot_go_on(why)
+
+
+def _cannot_go_on(why: str) -> int:
+    print(f"a3rl supervisor: cannot go on: {why}", file=sys.stderr, flush=True)
+    return CANNOT_GO_ON
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ from a3rl.files import human_bytes
 from a3rl.node.checkpoints import (  # noqa: F401  (re-exported for the filters)
     attempt_of,
     attempts,
+    in_folder,
     next_attempt,
     resume_job,
     run_id_of,
