@@ -327,3 +327,42 @@ def test_a_node_address_that_is_not_a_plain_name_stays_in_the_bundles_folder(tmp
     assert not list(tmp_path.rglob("escaped.json"))
     names = sorted(p.name for p in (tmp_path / "bundles" / "run").glob("*.json"))
     assert names == ["_.._.._escaped.json", "node1.json", "node2.json", "summary.json"]
+
+
+def test_a_node_that_did_not_answer_is_named_before_its_peers_errors(head_in_utc):
+    # The killed worker's container is gone: Ray has not marked it DEAD yet (its health
+    # checks take their period) and the report cannot run there; the head's peers log
+    # the errors that follow from it. Seen in the suite's killed-worker run.
+    reports = {
+        "node1": {"clock": 0.0, "head_clock": 0.0, "utc_offsets": [[0, 0]],
+                  "logs": {"gcs_server.out":
+                           "[2026-12-07 12:00:05,000 E 1 1] gcs.cc:1: Failed to cancel"}},
+        "node2": {"error": "TaskUnschedulableError: The node specified via "
+                           "NodeAffinitySchedulingStrategy doesn't exist any more"},
+        "spare": {"error": "TimeoutError"},  # not one of the run's nodes
+    }
+    s = first_failure.summarize(reports, dead=[], expected=["node1", "node2"], since=0)
+    assert s["first"]["host"] == "node2" and s["first"]["time"] is None
+    assert s["line"].startswith("first failure: node2 (did not answer the report: "), s
+    assert [e["host"] for e in s["silent"]] == ["node2"]
+    # A node missing from the reports altogether (not live in Ray) counts the same.
+    del reports["node2"]
+    s = first_failure.summarize(reports, dead=[], expected=["node1", "node2"], since=0)
+    assert s["first"]["host"] == "node2"
+    # A death Ray did record still comes first.
+    s = first_failure.summarize(reports, dead=[{"host": "node1", "time": 5.0}],
+                                expected=["node1", "node2"], since=0)
+    assert s["first"]["host"] == "node1" and s["line"].startswith("first failure: node1 at ")
+    # Everyone answered: the earliest error line.
+    reports["node2"] = {"clock": 0.0, "head_clock": 0.0, "utc_offsets": [[0, 0]], "logs": {}}
+    s = first_failure.summarize(reports, dead=[], expected=["node1", "node2"], since=0)
+    assert s["first"]["host"] == "node1" and "Failed to cancel" in s["first"]["line"]
+
+
+def test_rays_own_event_forwarding_errors_are_not_the_runs():
+    # ray-project/ray#60811: the dashboard agent fails to forward every job event.
+    agent = ('2026-12-07 15:10:53,970\tERROR event_agent.py:97 -- Report event failed: '
+             '[\'{"source_type": "JOBS", "message": "Started a ray job x."}\']')
+    real = "2026-12-07 15:10:54,000\tERROR worker.py:12 -- the run's own error"
+    got = first_failure.error_lines("dashboard_agent.log", f"{agent}\n{real}")
+    assert [e["line"] for e in got] == [real]

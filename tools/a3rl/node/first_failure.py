@@ -29,7 +29,16 @@ with a warning.
 A node that Ray marked DEAD during the attempt (its raylet gone: the node, its container
 or Ray on it stopped) is named first, before any error line: a dead node cannot log its
 own end, and its peers' errors (connections reset, collectives failing) follow from it.
-Among several dead nodes the earliest death comes first.
+Among several dead nodes the earliest death comes first. Without a death Ray has
+recorded yet, a node of the run that did not answer the report (gone from Ray, its
+container stopped, unreachable) is named first, for the same reason: Ray takes its
+health-check period to mark a node DEAD, and the bundle is often made before that.
+
+Not errors of the run: Ray's dashboard agent failing to forward Ray's own job events to
+the dashboard (``event_agent.py:NN -- Report event failed``), logged at ERROR on every
+job start and end by the Ray releases whose agent posts to an address without an
+``http://`` scheme (ray-project/ray#60811, fixed in 2026-02); it says nothing about the
+run and, being the first line of every attempt, would otherwise be named first.
 """
 
 from __future__ import annotations
@@ -55,6 +64,8 @@ RAY_JSON = re.compile(r'\{"asctime":"' + _STAMP + r'","levelname":"([EC])"', re.
 # space instead of the tab (the usual "%(asctime)s %(levelname)s ...") counts too.
 PY_LINE = re.compile(_STAMP + r"[\t ](ERROR|CRITICAL) ", re.ASCII)
 TRACEBACK = "Traceback (most recent call last)"
+# Ray's own event forwarding failing (the docstring): not the run's error.
+NOT_THE_RUNS = re.compile(r"\tERROR event_agent\.py:\d+ -- Report event failed", re.ASCII)
 # The job's driver log in the bundle: its last so many characters (a long run's log has
 # no bound of its own).
 DRIVER_LOG_CHARS = 4 * 1024 * 1024
@@ -101,7 +112,7 @@ def error_lines(path: str, text: str, mtime: float | None = None,
             when = _local(got.group(1), got.group(2), offsets) if got else None
         except ValueError:  # the format's shape, not a date (month 13, second 61)
             continue
-        if when is not None:
+        if when is not None and not NOT_THE_RUNS.search(line):
             found.append({"time": when, "line": line[:400], "source": path})
     if not found and mtime and TRACEBACK in text and path.endswith(".err"):
         last = [line for line in text.splitlines() if line.strip()][-1:]
@@ -152,12 +163,18 @@ def summarize(reports: Mapping[str, Mapping[str, Any]], dead: Sequence[Mapping[s
     """The bundle's summary: ``first`` (host, time on the head's clock, line, source),
     the earliest ``events``, each node's clock ``offsets``, and ``warnings`` (an offset
     above ``bound`` seconds, a node that did not report)."""
+    expected = set(expected)
     warnings: list[str] = []
     offsets: dict[str, float | None] = {}
     events: list[dict[str, Any]] = []
+    silent: list[dict[str, Any]] = []
     for host, report in sorted(reports.items()):
         if report.get("error"):
             warnings.append(f"{host} did not report: {report['error']}")
+            if host in expected:
+                silent.append({"host": host, "time": None,
+                               "source": "the supervisor's report",
+                               "line": f"did not answer the report: {report['error']}"})
             continue
         off = offset(report)
         offsets[host] = off
@@ -180,17 +197,19 @@ def summarize(reports: Mapping[str, Mapping[str, Any]], dead: Sequence[Mapping[s
                     events.append({"host": host, **e, "time": t})
     for host in sorted(set(expected) - set(reports)):
         warnings.append(f"{host} did not report (not live in Ray when the bundle was made)")
+        silent.append({"host": host, "time": None, "source": "the supervisor's report",
+                       "line": "did not answer the report (not live in Ray)"})
     events.sort(key=lambda e: e["time"])
     deaths = sorted(({"host": d["host"], "time": float(d["time"]),
                       "line": f"Ray marked the node DEAD: {d.get('why') or ''}".strip(),
                       "source": "the head's node list"} for d in dead),
                     key=lambda e: e["time"])
-    first = deaths[0] if deaths else (events[0] if events else None)
-    return {"first": first, "deaths": deaths, "events": events[:keep], "offsets": offsets,
-            "warnings": warnings,
-            "line": (f"first failure: {first['host']} at {_clock(first['time'])} "
-                     f"({first['line'][:200]})") if first else
-            "no error line and no dead node found"}
+    first = (deaths or sorted(silent, key=lambda e: e["host"]) or events or [None])[0]
+    when = f" at {_clock(first['time'])}" if first and first["time"] is not None else ""
+    return {"first": first, "deaths": deaths, "silent": silent, "events": events[:keep],
+            "offsets": offsets, "warnings": warnings,
+            "line": (f"first failure: {first['host']}{when} ({first['line'][:200]})")
+            if first else "no error line and no dead node found"}
 
 
 def _clock(t: float) -> str:
