@@ -43,9 +43,11 @@ from a3rl.files import human_bytes
 from a3rl.node.checkpoints import (  # noqa: F401  (re-exported for the filters)
     attempt_of,
     attempts,
+    mtbf_seconds,
     next_attempt,
     resume_job,
     run_id_of,
+    young_daly,
 )
 
 # Keys a policy sets; a user's override of one of them is refused (set the policy's
