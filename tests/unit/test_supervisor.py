@@ -288,6 +288,8 @@ def test_a_healthy_start_up_never_trips_the_stall_bound(tmp_path):
     ops.progress = at
     assert sup.run() == 0
     assert [e["event"] for e in _events(tmp_path)] == ["follow", "succeeded"]
+    # Watched all along: the nodes read every 10 s, through start-up and the step.
+    assert ops.calls.count("progress") >= 40
 
 
 def test_a_failures_time_to_detection_is_since_ray_ended_the_job(tmp_path):
