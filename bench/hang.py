@@ -27,15 +27,14 @@ import time
 
 import yaml
 
-from a3rl.controller import goodput, strategy
+from a3rl.controller import strategy
 from a3rl.controller.runner import run_play
 from a3rl.node import metrics
 from a3rl.paths import project_root
-from a3rl.planning import checkpointing
 from a3rl.sim import cluster, podman
 
 # (this folder is the script's first path entry: resume.py's helpers)
-from resume import job_log, submission, wait
+from resume import followed_goodput, job_log, submission, wait
 
 NAME = "bench-hang"
 TRAIN = "playbooks/train.yml"
@@ -77,16 +76,8 @@ def one(c: cluster.Cluster, variant: str, a: argparse.Namespace) -> dict:
     wait(lambda: any(e["event"] == "hang" for e in events(c, sid)), a.floor + 900,
          f"{variant}: the hang to be found")
     hang = next(e for e in events(c, sid) if e["event"] == "hang")
-    followed = run_play(TRAIN, c.inventory_dir, quiet=True, extravars=args)
-    if not followed.ok:
-        raise SystemExit(f"{variant}: the follow failed ({followed.record})")
-    run = project_root() / "runs" / sid
-    ids = sorted((p.stem for p in (run / "attempts").glob("*.json")),
-                 key=checkpointing.attempt_of)
-    records = [json.loads((run / "attempts" / f"{i}.json").read_text()) for i in ids]
-    logs = [metrics.parse_log((run / "attempts" / f"{i}.log").read_text()) for i in ids]
     return {"variant": variant, "bound": hang.get("bound", "step"),
-            "detected_s": hang["time"] - stopped, **goodput.goodput(records, logs)}
+            "detected_s": hang["time"] - stopped, **followed_goodput(c, args, sid, variant)}
 
 
 def main() -> int:
