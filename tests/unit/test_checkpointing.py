@@ -260,7 +260,7 @@ def test_the_measured_save_time_sets_the_resumed_jobs_save_freq():
              for i in (1, 2, 3)]
     got = checkpoints.measured_save_freq(job, steps, 64, mtbf_s=360_000)
     assert got["save_freq"] == 6 and "a save takes 50.0 s (measured)" in got["why"]
-    assert checkpoints.with_save_freq(job, 6)["overrides"] == ["data.x=1", "trainer.save_freq=6"]
+    assert checkpoints.with_save_freq(job, 6)["overrides"] == ["trainer.save_freq=6", "data.x=1"]
     # No save measured, or a job that never saves: nothing to choose.
     assert checkpoints.measured_save_freq(job, [{"step": 1, "timing_s/step": 9.0}], 64) is None
     never = {"overrides": ["trainer.save_freq=-1"]}

@@ -220,7 +220,8 @@ def measured_save_freq(job: Mapping[str, Any], steps: Iterable[Mapping[str, Any]
 
 
 def with_save_freq(job: Mapping[str, Any], freq: int) -> dict[str, Any]:
-    """The job with ``trainer.save_freq=freq`` in its overrides (for :func:`resume_job`,
-    which renders the entrypoint from them)."""
-    keep = [o for o in job["overrides"] if o.split("=", 1)[0] != "trainer.save_freq"]
-    return {**job, "overrides": [*keep, f"trainer.save_freq={freq}"]}
+    """The job with ``trainer.save_freq=freq`` in its overrides, in the place of the one
+    it had (for :func:`resume_job`, which renders the entrypoint from them)."""
+    new = f"trainer.save_freq={freq}"
+    return {**job, "overrides": [new if o.split("=", 1)[0] == "trainer.save_freq" else o
+                                 for o in job["overrides"]]}
