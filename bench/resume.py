@@ -104,16 +104,22 @@ def one(c: cluster.Cluster, variant: str, steps: int, kill_after: int) -> dict:
         last = api(c, f"/api/jobs/{sid}")
         figures = goodput.goodput([lost, last], [[], metrics.parse_log(job_log(c, sid))])
     else:
-        followed = run_play(TRAIN, c.inventory_dir, quiet=True, extravars=args)
-        if not followed.ok:
-            raise SystemExit(f"supervised: the follow failed ({followed.record})")
-        run = project_root() / "runs" / sid
-        ids = sorted((p.stem for p in (run / "attempts").glob("*.json")),
-                     key=checkpointing.attempt_of)
-        records = [json.loads((run / "attempts" / f"{i}.json").read_text()) for i in ids]
-        logs = [metrics.parse_log((run / "attempts" / f"{i}.log").read_text()) for i in ids]
-        figures = goodput.goodput(records, logs)
+        figures = followed_goodput(c, args, sid, variant)
     return {"variant": variant, **figures}
+
+
+def followed_goodput(c: cluster.Cluster, args: dict, sid: str, variant: str) -> dict:
+    """The run followed to its end by the play; its goodput from the run record's
+    attempts (Ray's records and each attempt's log)."""
+    followed = run_play(TRAIN, c.inventory_dir, quiet=True, extravars=args)
+    if not followed.ok:
+        raise SystemExit(f"{variant}: the follow failed ({followed.record})")
+    run = project_root() / "runs" / sid
+    ids = sorted((p.stem for p in (run / "attempts").glob("*.json")),
+                 key=checkpointing.attempt_of)
+    records = [json.loads((run / "attempts" / f"{i}.json").read_text()) for i in ids]
+    logs = [metrics.parse_log((run / "attempts" / f"{i}.log").read_text()) for i in ids]
+    return goodput.goodput(records, logs)
 
 
 def main() -> int:

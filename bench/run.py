@@ -27,6 +27,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "noop": ("noop.py", "no-op site.yml of this tree against an earlier tree, on 8 nodes"),
     "resume": ("resume.py", "one injected failure: goodput under the run supervisor vs the "
                             "recipe's way (the run lost, resubmitted)"),
+    "hang": ("hang.py", "one hang (SIGSTOP): time to detection and goodput under the "
+                        "step-based bound vs the stall bound"),
 }
 
 

@@ -266,3 +266,38 @@ def test_a_checkpoint_that_is_a_link_is_skipped_for_an_older_own_one(tmp_path):
     assert newest["step"] == 1
     assert skipped == [f"global_step_2 is a symlink to {elsewhere}/global_step_2, not a "
                        "folder verl wrote"]
+
+
+def test_the_save_interval_is_young_daly_capped_by_the_lost_work_bound():
+    # 64 cards at the Llama 3 rate (419 failures in 54 days on 16,384 GPUs): 33 days.
+    assert round(checkpointing.mtbf_seconds(64) / 86400, 1) == 33.0
+    assert checkpointing.mtbf_seconds(32) == 2 * checkpointing.mtbf_seconds(64)
+    # sqrt(2 x 50 s x 360,000 s) = 6,000 s = 6 steps of 1,000 s; the cap of 10 is above.
+    got = checkpointing.young_daly(50, 1000, 360_000, 10)
+    assert got["save_freq"] == 6 and got["interval_s"] == 6000
+    assert "capped" not in got["why"]
+    assert checkpointing.young_daly(50, 1000, 360_000, 4)["save_freq"] == 4
+    assert checkpointing.young_daly(0, 1000, 360_000, 4)["save_freq"] == 1
+    with pytest.raises(ValueError, match="step_s=0"):
+        checkpointing.young_daly(50, 0, 360_000, 4)
+
+
+def test_the_measured_save_time_sets_the_resumed_jobs_save_freq():
+    job = {"overrides": ["trainer.save_freq=10", "data.x=1"]}
+    steps = [{"step": i, "timing_s/step": 1000.0, "timing_s/save_checkpoint": 50.0}
+             for i in (1, 2, 3)]
+    got = checkpoints.measured_save_freq(job, steps, 64, mtbf_s=360_000)
+    assert got["save_freq"] == 6 and "a save takes 50.0 s (measured)" in got["why"]
+    assert checkpoints.with_save_freq(job, 6)["overrides"] == ["trainer.save_freq=6", "data.x=1"]
+    # No save measured, or a job that never saves: nothing to choose.
+    assert checkpoints.measured_save_freq(job, [{"step": 1, "timing_s/step": 9.0}], 64) is None
+    never = {"overrides": ["trainer.save_freq=-1"]}
+    assert checkpoints.measured_save_freq(never, steps, 64) is None
+
+
+def test_goodput_shows_the_checkpoint_overhead():
+    attempts = [{"start_time": 0, "end_time": 100_000}]
+    steps = [{"step": 1, "timing_s/step": 20.0, "timing_s/save_checkpoint": 4.0},
+             {"step": 2, "timing_s/step": 20.0, "timing_s/save_checkpoint": 6.0}]
+    g = goodput.goodput(attempts, [steps])
+    assert g["save_s"] == 10.0 and g["checkpoint_overhead"] == 0.1

@@ -35,7 +35,7 @@ OPTIONAL = {
 # ImportError). Nothing else.
 PROGRAMS = {
     "supervisor.py": {"a3rl", "checkpoints", "first_failure", "metrics", "npu",
-                      "npu_network", "rayjobs"},
+                      "npu_network", "rayjobs", "stall"},
 }
 
 

@@ -186,3 +186,19 @@ def test_a_plan_without_a_published_figure(tmp_path):
 def test_plan_facts_from_the_rendered_job(plan, facts):
     got = report._plan_facts(plan)
     assert {k: got[k] for k in facts} == facts
+
+
+def test_the_goodput_table_shows_the_checkpoint_overhead_and_every_time_to_detection(tmp_path):
+    steps = metrics.parse_log(GRPO_32B_LOG)
+    figures = {"goodput": 0.5, "wall_s": 1000.0, "productive_s": 500.0, "redone_s": 0.0,
+               "restart_s": 500.0, "restarts": 2, "save_s": 25.0,
+               "checkpoint_overhead": 0.025}
+    events = [{"time": 1, "event": "hang", "bound": "stall", "detection_s": 71.4,
+               "why": "no progress"},
+              {"time": 2, "event": "failed", "detection_s": 3.0, "why": "the job failed"},
+              {"time": 3, "event": "succeeded"}]
+    md, _ = report.render(tmp_path, GRPO_32B_PLAN, steps, STATUS, goodput=figures,
+                          supervisor={"result": "succeeded", "events": events})
+    text = md.read_text()
+    assert _row(text, "| checkpoint overhead (save / wall)")[1] == "2.5% (25.0 s)"
+    assert _row(text, "| time to detection")[1] == "hang (stall bound) 71 s; failed 3 s"

@@ -84,7 +84,9 @@ class FakeApi:
 
 
 class FakeOps:
-    def __init__(self):
+    def __init__(self, clock=None):
+        self.clock = clock
+        self.progress = None  # the nodes' answer to ``progress`` at a time, when set
         self.calls: list[str] = []
         self.left: dict[str, list[dict]] = {}
         self.health = {ip: {"npu_smi": {"rc": 0, "out": HEALTHY_SMI, "err": ""},
@@ -95,6 +97,8 @@ class FakeOps:
         self.calls.append(action)
         if action == "health":
             return {"nodes": self.health}
+        if action == "progress":
+            return {"nodes": self.progress(self.clock.now)} if self.progress else {}
         if action == "kill":
             return {"nodes": {ip: {"killed": [{"title": "ray::WorkerDict"}],
                                    "left": self.left.get(ip, [])}
@@ -106,7 +110,7 @@ class FakeOps:
 def _sup(tmp_path: Path, script, ckpt_dir: Path | None = None, **cfg):
     clock = FakeClock()
     api = FakeApi(clock, script)
-    ops = FakeOps()
+    ops = FakeOps(clock)
     job = {"entrypoint": "cd /w && python3 -m verl.trainer.main_ppo --config-path=/c "
                          "--config-name=ppo_trainer trainer.save_freq=1",
            "config_name": "ppo_trainer", "overrides": ["trainer.save_freq=1"], "env": {}}
@@ -114,7 +118,9 @@ def _sup(tmp_path: Path, script, ckpt_dir: Path | None = None, **cfg):
               str(tmp_path), "nodes": NODES, "npus_per_node": 1, "job": job,
               "checkpoint": {"dir": str(ckpt_dir) if ckpt_dir else None},
               "poll_s": 5, "backoff_s": 10, "hang_first_step_s": 300, "hang_floor_s": 60,
-              "ops_command": ["false"], **cfg}
+              # The stall bound off but where a test turns it on (its node reads are
+              # ops calls the other tests do not count).
+              "stall_bound_s": 0, "ops_command": ["false"], **cfg}
     sup = supervisor.Supervisor(config, api=api, ops=ops, clock=clock, sleep=clock.sleep)
     return sup, api, ops
 
@@ -242,6 +248,89 @@ def test_a_hang_is_detected_within_its_bound_stopped_and_resumed(tmp_path):
     assert [sid for sid, _ in api.submitted] == ["run-r2"]
     # No complete checkpoint: the attempt starts from step 0, and says so.
     assert "trainer.resume_mode=disable" in api.submitted[0][1]
+
+
+def _trainers(moving_until: float, cpu_rate: float = 0.0, stacks: bool = True):
+    """The nodes' ``progress`` answers: stacks that change until ``moving_until``, then
+    stay (a stopped worker, its peers waiting); CPU time at ``cpu_rate`` cores."""
+    def at(now):
+        frozen = min(now, moving_until)
+        return {ip: {"trainers": [{"pid": 7 + n, "cpu": cpu_rate * now,
+                                   "stack": f"{ip}:{frozen}" if stacks else None}],
+                     "npu_smi": None} for n, ip in enumerate(NODES.values())}
+    return at
+
+
+def test_a_stall_is_found_in_its_bound_long_before_the_step_bound(tmp_path):
+    # The step bound at an hour, the stall bound at 60 s: the worker stops at +30 s.
+    steps = [("RUNNING", f"step:{i} - a:1") for i in (1, 2, 3)]
+    sup, api, ops = _sup(tmp_path, {"run": steps}, stall_bound_s=60,
+                         hang_first_step_s=3600, hang_floor_s=3600)
+    stuck = 1_000_000.0 + 30
+    ops.progress = _trainers(stuck)
+    assert sup.run() == 0
+    hang = next(e for e in _events(tmp_path) if e["event"] == "hang")
+    assert hang["bound"] == "stall", hang
+    assert "more than the stall bound of 60 s" in hang["why"]
+    # Nodes read every 10 s (a sixth of the bound): found at most a read past the bound.
+    assert 60 < hang["detection_s"] <= 60 + 10
+    assert 60 < hang["time"] - stuck <= 60 + 2 * 10
+    assert [sid for sid, _ in api.submitted] == ["run-r2"]
+    assert ops.calls.count("progress") >= 8
+
+
+def test_the_step_bound_stays_the_backstop_when_every_node_looks_busy(tmp_path):
+    # Stacks frozen but no py-spy (None) and a core busy: the stall bound sees progress.
+    steps = [("RUNNING", f"step:{i} - a:1") for i in (1, 2, 3)]
+    sup, api, ops = _sup(tmp_path, {"run": steps}, stall_bound_s=60)
+    ops.progress = _trainers(0, cpu_rate=1.0, stacks=False)
+    assert sup.run() == 0
+    hang = next(e for e in _events(tmp_path) if e["event"] == "hang")
+    assert hang["bound"] == "step" and "no new step for" in hang["why"]
+    # The stall tracker saw progress at the last read: its quiet time is the detection.
+    assert hang["detection_s"] <= 10
+
+
+def test_a_healthy_start_up_never_trips_the_stall_bound(tmp_path):
+    # No trainer process for 5 minutes (the driver imports, Ray places actors), then
+    # model load and the first rollout: CPU time, no step line, no log.
+    script = [("RUNNING", "")] * 80 + [("RUNNING", "step:1 - a:1"), ("SUCCEEDED", "")]
+    sup, api, ops = _sup(tmp_path, {"run": script}, stall_bound_s=60,
+                         hang_first_step_s=3600)
+    start = 1_000_000.0
+
+    def at(now):
+        if now < start + 300:
+            return {ip: {"trainers": [], "npu_smi": None} for ip in NODES.values()}
+        return _trainers(0, cpu_rate=0.9, stacks=False)(now)
+    ops.progress = at
+    assert sup.run() == 0
+    assert [e["event"] for e in _events(tmp_path)] == ["follow", "succeeded"]
+    # Watched all along: the nodes read every 10 s, through start-up and the step.
+    assert ops.calls.count("progress") >= 40
+
+
+def test_a_failures_time_to_detection_is_since_ray_ended_the_job(tmp_path):
+    sup, api, ops = _sup(tmp_path, {"run": [("RUNNING", ""), ("FAILED", "")]}, max_tries=0)
+    job = api.job
+    api.job = lambda sid: {**r, "end_time": 1_000_002_000} if (r := job(sid)) and \
+        r["status"] == "FAILED" else r
+    assert sup.run() == 0
+    failed = next(e for e in _events(tmp_path) if e["event"] == "failed")
+    assert failed["detection_s"] == 3.0  # failed at +2 s, seen by the poll at +5 s
+
+
+def test_the_resumed_attempt_saves_at_the_measured_interval(tmp_path):
+    # A save of 1 s measured by the failed attempt: Young/Daly (MTBF of 2 cards from the
+    # Llama 3 rate) is thousands of steps, capped by the plan's save_freq.
+    log = "step:1 - timing_s/step:5.0 - timing_s/save_checkpoint:1.0"
+    sup, api, ops = _sup(tmp_path, {"run": [("RUNNING", log), ("FAILED", log)]})
+    sup.cfg["job"] = {**sup.cfg["job"], "overrides": ["trainer.save_freq=4"]}
+    assert sup.run() == 0
+    resub = next(e for e in _events(tmp_path) if e["event"] == "resubmitted")
+    assert "a save takes 1.0 s (measured), a step 5.0 s" in resub["save_freq"]
+    assert "capped at 4 by the lost-work bound" in resub["save_freq"]
+    assert "trainer.save_freq=4" in api.submitted[0][1]
 
 
 def test_it_gives_up_after_max_tries_and_leaves_no_trainer(tmp_path):

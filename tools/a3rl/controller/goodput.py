@@ -13,7 +13,9 @@ timer around one whole step, checkpoint save included).
 * restart: the rest of the time between attempts' steps: detecting the failure,
   cleaning up, waiting for the cluster, loading the model and checkpoint again (and each
   attempt's own start-up and validation, which a run without failures pays once);
-* goodput = productive / wall.
+* goodput = productive / wall;
+* save: the time verl's saves took (``timing_s/save_checkpoint`` of every step that
+  saved, in every attempt); checkpoint overhead = save / wall.
 
 The stand-in trainer's steps (``simulated``) carry the recipe's step times, not measured
 ones: such a run has wall time and restarts but no productive time, and no goodput
@@ -27,8 +29,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 
-def _step_time(step: Mapping[str, Any]) -> float:
-    value = step.get("timing_s/step")
+def _step_time(step: Mapping[str, Any], key: str = "timing_s/step") -> float:
+    value = step.get(key)
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         return max(float(value), 0.0)
     return 0.0
@@ -38,8 +40,9 @@ def goodput(attempts: Sequence[Mapping[str, Any]],
             steps_by_attempt: Sequence[Sequence[Mapping[str, Any]]],
             now_ms: float | None = None) -> dict[str, Any]:
     """The run's figures: ``wall_s``, ``productive_s``, ``redone_s``, ``restart_s``,
-    ``lost_s`` (redone + restart), ``restarts``, ``goodput`` (None without wall time) and
-    ``steps`` (distinct steps run). ``attempts`` are Ray's job records in attempt order;
+    ``lost_s`` (redone + restart), ``restarts``, ``goodput`` (None without wall time),
+    ``steps`` (distinct steps run), ``save_s`` and ``checkpoint_overhead`` (save / wall).
+    ``attempts`` are Ray's job records in attempt order;
     ``steps_by_attempt`` each attempt's parsed steps, in the same order."""
     if len(attempts) != len(steps_by_attempt):
         raise ValueError(f"{len(attempts)} attempts but {len(steps_by_attempt)} step lists")
@@ -49,11 +52,12 @@ def goodput(attempts: Sequence[Mapping[str, Any]],
     wall = max(0.0, (max(ends) - min(starts)) / 1000) if starts and ends else 0.0
     simulated = any(step.get("simulated") for steps in steps_by_attempt for step in steps)
     last_run: dict[int, tuple[int, float]] = {}
-    ran = 0.0
+    ran = saved = 0.0
     for index, steps in enumerate(steps_by_attempt):
         for step in steps:
             seconds = _step_time(step)
             ran += seconds
+            saved += _step_time(step, "timing_s/save_checkpoint")
             last_run[int(step["step"])] = (index, seconds)
     productive = sum(seconds for _, seconds in last_run.values())
     redone = ran - productive
@@ -71,4 +75,6 @@ def goodput(attempts: Sequence[Mapping[str, Any]],
         "restarts": max(0, len(attempts) - 1),
         "steps": len(last_run),
         "goodput": round(productive / wall, 4) if wall else None,
+        "save_s": round(saved, 3),
+        "checkpoint_overhead": round(saved / wall, 4) if wall else None,
     }

@@ -404,6 +404,10 @@ def _with_goodput(text: str, plan: Mapping[str, Any] | None, figures: Mapping[st
         ["lost: steps redone after a resume", _seconds(figures.get("redone_s"))],
         ["lost: detection, restart, start-up", _seconds(figures.get("restart_s"))],
         ["restarts", str(figures.get("restarts", 0))],
+        ["checkpoint overhead (save / wall)",
+         f"{figures['checkpoint_overhead']:.1%} ({_seconds(figures.get('save_s'))})"
+         if isinstance(figures.get("checkpoint_overhead"), int | float) else "-"],
+        ["time to detection", _detections((supervisor or {}).get("events") or [])],
     ])
     if figures.get("simulated"):
         out += ["", "No goodput: the stand-in trainer's step times are the recipe's, not "
@@ -435,6 +439,15 @@ def _with_goodput(text: str, plan: Mapping[str, Any] | None, figures: Mapping[st
     head, sep, rest = text.partition("\n## Plan\n")
     return head.rstrip("\n") + "\n" + "\n".join(out) + "\n" + sep + rest if sep \
         else text + "\n".join(out) + "\n"
+
+
+def _detections(events: Sequence[Mapping[str, Any]]) -> str:
+    """Each failure's and hang's time to detection, in order: ``hang (stall bound) 71 s``."""
+    found = [f"{e['event']}" + (f" ({e['bound']} bound)" if e.get("bound") else "")
+             + f" {float(e['detection_s']):.0f} s" for e in events
+             if e.get("event") in ("failed", "hang") and isinstance(e.get("detection_s"),
+                                                                     int | float)]
+    return "; ".join(found) or "-"
 
 
 def _event_detail(event: Mapping[str, Any]) -> str:

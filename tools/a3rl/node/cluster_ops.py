@@ -20,6 +20,11 @@ Actions:
   ``npu-smi info``, the Ascend plog files written since, and the raw outputs the
   supervisor judges health from (``npu-smi info``, ``hccn_tool -net_health``).
 * ``health``: only those raw health outputs.
+* ``progress``: what the supervisor's stall bound judges (``stall.py``), cheap enough
+  for every few polls: each trainer process's CPU time (utime + stime) and, where
+  py-spy is installed, a digest of its title and main thread's stack (``py-spy dump
+  --nonblocking``: read without pausing the process, so it works on a stopped one and
+  never slows a running one), and ``npu-smi info`` where it is installed.
 * ``kill``: every trainer process left on the node, and every process that still has an
   NPU's device file (``/dev/davinciN``) open, is sent SIGCONT and SIGKILL (a stopped
   process must run again to die in an orderly way; SIGKILL needs no cooperation); then
@@ -35,6 +40,7 @@ Standard library and Ray only. Ray 2.48 (the recipe's) and 2.60 both have the ca
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import re
@@ -325,6 +331,46 @@ def report(since: float, lines: int, npus: int, net: bool = True) -> dict:
             **health(npus, net)}
 
 
+def _main_thread(dump: str) -> str:
+    """The frames of the main thread in a ``py-spy dump`` (the lines after its
+    ``Thread <id> (...): "MainThread"`` header, up to the next thread), stripped."""
+    frames, inside = [], False
+    for line in dump.splitlines():
+        if line.startswith("Thread "):
+            inside = line.rstrip().endswith('"MainThread"')
+            continue
+        if inside and line.strip():
+            frames.append(line.strip())
+    return "\n".join(frames)
+
+
+def progress() -> dict:
+    """Per trainer process: pid, CPU seconds, and the digest of its title and main
+    thread's stack (None without py-spy, or when it could not read one)."""
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    spy = shutil.which("py-spy") or (beside if os.access(beside, os.X_OK) else None)
+    tick = os.sysconf("SC_CLK_TCK")
+    procs = []
+    for p in trainers():
+        try:
+            with open(f"/proc/{p['pid']}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            cpu = (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            continue
+        stack = None
+        if spy:
+            got = _run([spy, "dump", "--nonblocking", "--pid", str(p["pid"])], timeout=20)
+            frames = _main_thread(got["out"]) if got["rc"] == 0 else ""
+            if frames:
+                stack = hashlib.sha1((p["title"] + "\n" + frames).encode()).hexdigest()
+        procs.append({"pid": p["pid"], "state": p["state"], "cpu": cpu, "stack": stack})
+    smi = _tool(NPU_SMI)
+    info = _run([smi, "info"]) if smi else None
+    return {"trainers": procs,
+            "npu_smi": info["out"] if info and info["rc"] == 0 else None}
+
+
 def kill(settle: float = 10.0, titles: tuple[str, ...] = TRAINER_TITLES,
          device: re.Pattern = DEVICE) -> dict:
     """Trainers and device holders killed; ``left``: those still there after ``settle``
@@ -369,6 +415,8 @@ def on_node(action: str, args: dict) -> dict:
         body = health(int(args.get("npus", 0)), bool(args.get("net", True)))
     elif action == "kill":
         body = kill()
+    elif action == "progress":
+        body = progress()
     else:
         raise ValueError(f"unknown action {action}")
     return {"host": socket.gethostname(), "clock": started, **body}

@@ -16,7 +16,12 @@ What it tells apart, for the run's current attempt (Ray's job API on the head):
 * RUNNING with no new step for longer than the hang bound: a hang. The bound before the
   attempt's first step is ``hang_first_step_s`` (model load and the first rollout; from
   the plan's expected step time); after it, ``hang_factor`` times the median step time
-  the attempt measured, at least ``hang_floor_s``.
+  the attempt measured, at least ``hang_floor_s``. Or, sooner, RUNNING with no progress
+  finer than a step for longer than ``stall_bound_s`` (``stall.py``: the job's log, the
+  trainer processes' CPU time and stacks, NPU AICore, read every sixth of the bound; 0
+  turns it off). The hang's event says which bound (``bound``: step or stall) and the
+  seconds since the last progress seen (``detection_s``); a failure's, the seconds since
+  Ray ended the job.
 
 On a failure or a hang it collects the forensic bundle (every live node's report through
 ``cluster_ops.py``, the job's driver log; for a hang before anything is stopped, so the
@@ -43,7 +48,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 try:  # the project's tree (tests, the controller)
-    from a3rl.node import checkpoints, first_failure, metrics, npu_network, rayjobs
+    from a3rl.node import checkpoints, first_failure, metrics, npu_network, rayjobs, stall
     from a3rl.node import npu as npu_facts
 except ImportError:  # shipped to the head: the files beside this one
     import checkpoints  # type: ignore[no-redef]
@@ -52,6 +57,7 @@ except ImportError:  # shipped to the head: the files beside this one
     import npu as npu_facts  # type: ignore[no-redef]
     import npu_network  # type: ignore[no-redef]
     import rayjobs  # type: ignore[no-redef]
+    import stall  # type: ignore[no-redef]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OPS = os.path.join(HERE, "cluster_ops.py")
@@ -59,7 +65,8 @@ OPS = os.path.join(HERE, "cluster_ops.py")
 SUCCEEDED, USER_STOPPED, GAVE_UP = "succeeded", "stopped-by-user", "gave-up"
 DEFAULTS = {"poll_s": 30, "max_tries": 3, "backoff_s": 60, "backoff_max_s": 900,
             "hang_first_step_s": 7200, "hang_factor": 3.0, "hang_floor_s": 600,
-            "whole_timeout_s": 1800, "log_lines": 300, "ops_timeout_s": 180}
+            "whole_timeout_s": 1800, "log_lines": 300, "ops_timeout_s": 180,
+            "stall_bound_s": 600}
 # The settings a run's config carries: config key -> (the play's variable, kind, least
 # value, whether the least is allowed). Checked by the training play before it submits
 # (the a3rl_supervisor_settings filter) and again by the supervisor as it starts.
@@ -75,6 +82,7 @@ SETTINGS = {
     "net_check": ("run_supervisor_net_check", "switch", None, True),
     "clock_bound_s": ("run_supervisor_clock_bound", "seconds", 0, False),
     "log_lines": ("run_supervisor_log_lines", "count", 0, False),
+    "stall_bound_s": ("run_supervisor_stall_bound", "seconds", 0, True),
 }
 # The exit code of a supervisor that cannot go on by itself (its state folder missing or
 # full, its state or config unreadable): the unit does not restart it
@@ -214,7 +222,7 @@ class Supervisor:
             if not self._recover(pending.get("kind") or "failed", pending.get("why") or "",
                                  self.api.job(self.state["submission_id"])):
                 return 0
-        seen = _Progress(self.clock())
+        seen = _Progress(self.clock(), self.cfg)
         while True:
             record = self.api.job(self.state["submission_id"])
             status = (record or {}).get("status")
@@ -227,20 +235,25 @@ class Supervisor:
                 why = (f"Ray no longer lists {self.state['submission_id']} (the head "
                        "restarted)") if record is None else \
                     f"the job failed: {(record.get('message') or '').strip()[:500]}"
-                if not self._recover("failed", why, record):
+                # Time to detection: since Ray's end of the job, or since the poll that
+                # last saw it.
+                ended = float((record or {}).get("end_time") or 0) / 1000 or seen.polled
+                if not self._recover("failed", why, record,
+                                     detection_s=round(max(0.0, self.clock() - ended), 1)):
                     return 0
-                seen = _Progress(self.clock())
+                seen = _Progress(self.clock(), self.cfg)
             elif status in ("RUNNING", "PENDING"):
-                where = metrics.progress(self.api.logs(self.state["submission_id"]))
-                seen.update(where.get("step"), self.clock())
-                bound = seen.bound(self.cfg)
-                if self.clock() - seen.since > bound:
-                    why = (f"no new step for {self.clock() - seen.since:.0f} s, more than the "
-                           f"bound of {bound:.0f} s ({seen.bound_reason(self.cfg)}); last "
-                           f"step {seen.step if seen.step is not None else 'none'}")
-                    if not self._recover("hang", why, record):
+                log = self.api.logs(self.state["submission_id"])
+                seen.update(metrics.progress(log).get("step"), self.clock())
+                seen.stall.log(log, self.clock())
+                if status == "RUNNING" and seen.sample_due(self.clock(), self.cfg):
+                    seen.stall.nodes(self.ops("progress", {"timeout": 60}).get("nodes", {}),
+                                     self.clock())
+                hung = seen.hung(self.clock(), self.cfg)
+                if hung:
+                    if not self._recover("hang", hung.pop("why"), record, **hung):
                         return 0
-                    seen = _Progress(self.clock())
+                    seen = _Progress(self.clock(), self.cfg)
             self.sleep(float(self.cfg["poll_s"]))
 
     def _finish(self, result: str, why: str) -> int:
@@ -249,8 +262,10 @@ class Supervisor:
         self.event(result, why=why)
         return 0
 
-    def _recover(self, kind: str, why: str, record: Mapping[str, Any] | None) -> bool:
-        """A failure or hang: bundle, clean, wait, resubmit. False when it gave up."""
+    def _recover(self, kind: str, why: str, record: Mapping[str, Any] | None,
+                 **detected: Any) -> bool:
+        """A failure or hang: bundle, clean, wait, resubmit. False when it gave up.
+        ``detected``: how it was found (the bound, the time to detection), for the event."""
         sid = self.state["submission_id"]
         # Persisted before the job is stopped, cleared with the next attempt's submission:
         # a restart in between carries on here, and counts the try once.
@@ -259,7 +274,7 @@ class Supervisor:
         if not counted:
             self.state["recovering"] = {"submission_id": sid, "kind": kind, "why": why}
             self._save()
-            self.event(kind, why=why)
+            self.event(kind, why=why, **detected)
             self._bundle(sid, record)
         if record is not None and record.get("status") in ("RUNNING", "PENDING"):
             self.api.stop(sid)
@@ -435,9 +450,18 @@ class Supervisor:
         attempt = checkpoints.attempt_of(self.state["submission_id"]) + 1
         folder = (self.cfg.get("checkpoint") or {}).get("dir")
         newest, skipped = checkpoints.newest_complete(folder) if folder else (None, [])
+        # save_freq from the failed attempt's measured saves (Young/Daly, capped by the plan's)
+        cards = len(dict(self.cfg["nodes"])) * max(1, int(self.cfg.get("npus_per_node") or 1))
+        try:
+            chosen = checkpoints.measured_save_freq(
+                self.cfg["job"], metrics.parse_log(self.api.logs(self.state["submission_id"])),
+                cards)
+        except rayjobs.RayApiError:
+            chosen = None
         while True:
-            job = checkpoints.resume_job(self.cfg["job"], run_id, attempt,
-                                         newest["path"] if newest else None)
+            job = checkpoints.resume_job(
+                checkpoints.with_save_freq(self.cfg["job"], chosen["save_freq"]) if chosen
+                else self.cfg["job"], run_id, attempt, newest["path"] if newest else None)
             known = self.api.job(job["submission_id"])
             if known is None:
                 self.api.submit(job["submission_id"], job["entrypoint"],
@@ -451,7 +475,8 @@ class Supervisor:
         self.state.pop("recovering", None)
         self._save()
         self.event("resubmitted", attempt=attempt,
-                   resume_from=newest["path"] if newest else None, skipped=skipped)
+                   resume_from=newest["path"] if newest else None, skipped=skipped,
+                   save_freq=chosen and chosen["why"])
 
     def _ops(self, action: str, args: dict) -> dict:
         """``cluster_ops.py`` as a Ray driver where Ray runs on the head."""
@@ -483,18 +508,48 @@ class Supervisor:
 
 
 class _Progress:
-    """The attempt's last step and when it was first seen; the step times measured."""
+    """The attempt's last step and when it was first seen; the step times measured; the
+    progress finer than a step (``stall.Tracker``); which bound a hang exceeded."""
 
-    def __init__(self, now: float):
-        self.since = now
+    def __init__(self, now: float, cfg: Mapping[str, Any]):
+        self.since = self.polled = now
         self.step: int | None = None
         self.durations: list[float] = []
+        self.stall = stall.Tracker(float(cfg["stall_bound_s"]))
+        self.sampled: float | None = None
 
     def update(self, step: int | None, now: float) -> None:
+        self.polled = now
         if step is not None and step != self.step:
             if self.step is not None and step > self.step:
                 self.durations.append((now - self.since) / (step - self.step))
             self.step, self.since = step, now
+            self.stall.step(now)
+
+    def sample_due(self, now: float, cfg: Mapping[str, Any]) -> bool:
+        """Whether the nodes are read for the stall bound at this poll (0: never)."""
+        if float(cfg["stall_bound_s"]) <= 0:
+            return False
+        if self.sampled is None or now - self.sampled >= self.stall.every(cfg["poll_s"]):
+            self.sampled = now
+            return True
+        return False
+
+    def hung(self, now: float, cfg: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The hang's event fields (``why``, ``bound``: step or stall, ``detection_s``:
+        seconds since the last progress seen), or None."""
+        quiet = self.stall.quiet(now)
+        if float(cfg["stall_bound_s"]) > 0 and self.stall.stalled(now):
+            return {"why": self.stall.why(now), "bound": "stall",
+                    "detection_s": round(quiet or 0.0, 1)}
+        bound = self.bound(cfg)
+        if now - self.since <= bound:
+            return None
+        return {"why": f"no new step for {now - self.since:.0f} s, more than the bound of "
+                       f"{bound:.0f} s ({self.bound_reason(cfg)}); last step "
+                       f"{self.step if self.step is not None else 'none'}",
+                "bound": "step",
+                "detection_s": round(now - self.since if quiet is None else quiet, 1)}
 
     def bound(self, cfg: Mapping[str, Any]) -> float:
         if self.step is None or not self.durations:

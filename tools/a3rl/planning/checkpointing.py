@@ -44,9 +44,11 @@ from a3rl.node.checkpoints import (  # noqa: F401  (re-exported for the filters)
     attempt_of,
     attempts,
     in_folder,
+    mtbf_seconds,
     next_attempt,
     resume_job,
     run_id_of,
+    young_daly,
 )
 from a3rl.planning import folders
 

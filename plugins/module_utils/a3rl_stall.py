@@ -1,0 +1,1 @@
+../../tools/a3rl/node/stall.py
