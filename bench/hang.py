@@ -25,21 +25,18 @@ import json
 import sys
 import time
 
-import yaml
-
 from a3rl.controller import strategy
 from a3rl.controller.runner import run_play
 from a3rl.node import metrics
-from a3rl.paths import project_root
+from a3rl.planning import rolevars
 from a3rl.sim import cluster, podman
 
 # (this folder is the script's first path entry: resume.py's helpers)
-from resume import followed_goodput, job_log, submission, wait
+from resume import CONTAINER, followed_goodput, job_log, submission, wait
 
 NAME = "bench-hang"
 TRAIN = "playbooks/train.yml"
-SUPERVISE = yaml.safe_load((project_root() / "group_vars/all/cluster.yml").read_text())[
-    "a3rl_supervise_dir"]
+SUPERVISE = rolevars.cluster_vars()["a3rl_supervise_dir"]
 
 
 def events(c: cluster.Cluster, run_id: str) -> list[dict]:
@@ -67,11 +64,11 @@ def one(c: cluster.Cluster, variant: str, a: argparse.Namespace) -> dict:
     wait(lambda: (metrics.progress(job_log(c, sid)).get("step") or 0) >= a.stop_after, 900,
          f"{variant}: step {a.stop_after}")
     worker = c.members()[1].container
-    pids = podman.exec_(worker, "docker", "exec", "a3rl-train", "pgrep", "-f",
+    pids = podman.exec_(worker, "docker", "exec", CONTAINER, "pgrep", "-f",
                         "^ray::WorkerDict").stdout.split()
     if len(pids) != 1:
         raise SystemExit(f"{variant}: {len(pids)} WorkerDict processes on the worker")
-    podman.exec_(worker, "docker", "exec", "a3rl-train", "kill", "-STOP", pids[0])
+    podman.exec_(worker, "docker", "exec", CONTAINER, "kill", "-STOP", pids[0])
     stopped = time.time()
     wait(lambda: any(e["event"] == "hang" for e in events(c, sid)), a.floor + 900,
          f"{variant}: the hang to be found")

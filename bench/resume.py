@@ -30,10 +30,13 @@ from a3rl.controller import goodput, strategy
 from a3rl.controller.runner import run_play
 from a3rl.node import metrics
 from a3rl.paths import project_root
-from a3rl.planning import checkpointing
+from a3rl.planning import checkpointing, rolevars
 from a3rl.sim import cluster, podman
 
 NAME = "bench-resume"
+# The cluster-wide values (group_vars/all/cluster.yml), not copies of them.
+PORT = int(rolevars.cluster_vars()["a3rl_ray_dashboard_port"])
+CONTAINER = str(rolevars.cluster_vars()["a3rl_training_container_name"])
 TRAIN = "playbooks/train.yml"
 
 
@@ -41,7 +44,7 @@ def api(c: cluster.Cluster, path: str, method: str = "GET") -> object:
     head = c.members()[0].container
     out = podman.exec_(head, "python3", "-c",
                        "import urllib.request,sys; r=urllib.request.Request("
-                       f"'http://127.0.0.1:8260{path}', method='{method}'); "
+                       f"'http://127.0.0.1:{PORT}{path}', method='{method}'); "
                        "sys.stdout.write(urllib.request.urlopen(r).read().decode())").stdout
     return json.loads(out) if out.strip().startswith(("{", "[")) else out
 
@@ -86,10 +89,10 @@ def one(c: cluster.Cluster, variant: str, steps: int, kill_after: int) -> dict:
     # The worker's training container killed (the job fails), then started again (Docker
     # does not restart a killed container); its Ray unit rejoins the cluster.
     worker = c.members()[1].container
-    podman.exec_(worker, "docker", "kill", "a3rl-train")
+    podman.exec_(worker, "docker", "kill", CONTAINER)
     wait(lambda: (api(c, f"/api/jobs/{sid}") or {}).get("status") in
          ("FAILED", "STOPPED", "SUCCEEDED"), 900, "the job to fail")
-    podman.exec_(worker, "docker", "start", "a3rl-train")
+    podman.exec_(worker, "docker", "start", CONTAINER)
     if variant == "recipe":
         lost = api(c, f"/api/jobs/{sid}")
         # ray.yml returns once every node's raylet is listed again: then a new submission
