@@ -43,6 +43,11 @@ removed:
   description: Per side (host, container) the removed paths and their bytes.
   type: dict
   returned: always
+kept:
+  description: Paths not removed because a folder above them became a symbolic link after
+    they were checked (the module then fails, naming them and what was removed).
+  type: dict
+  returned: always
 freed:
   description: Bytes freed on this node (host and container).
   type: int
@@ -98,6 +103,7 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    kept = {}
     try:
         # Every value on both sides is checked before anything is removed.
         engine.clean(p["paths"], p["workdir"], check=True)
@@ -108,13 +114,25 @@ def main():
                 seen = in_container(module, p["container"], p["paths"], p["workdir"], False)
             if seen is not None:
                 removed["container"] = seen["removed"]
+                kept.update({f"{p['container']}:{k}": v for k, v in seen.get("kept", {}).items()})
         host = engine.clean(p["paths"], p["workdir"], check=module.check_mode)
         removed["host"] = host["removed"]
+        kept.update(host["kept"])
     except engine.CacheError as e:
-        module.fail_json(msg=f"{e}. Nothing was removed. Fix: cache_clean_paths may only "
-                             "name the recipe's caches.")
+        # A link on the way has its own fix in the message; any other refusal is a value.
+        fix = ("" if "symlink" in str(e) else
+               " Fix: cache_clean_paths may only name the recipe's caches.")
+        module.fail_json(msg=f"{e}. Nothing was removed.{fix}")
     freed = sum(sum(side.values()) for side in removed.values())
-    module.exit_json(changed=any(removed.values()), removed=removed, freed=freed)
+    if kept:
+        # A folder above a path became a link between the check and the removal.
+        module.fail_json(
+            msg="kept " + "; ".join(f"{k!r}: {why}" for k, why in kept.items())
+            + f". Removed: {sorted({v for side in removed.values() for v in side}) or 'nothing'}."
+            " Fix: find who made the link (it points where the clean must not go), set the "
+            "working directory to its real path, then run again.",
+            changed=any(removed.values()), removed=removed, kept=kept, freed=freed)
+    module.exit_json(changed=any(removed.values()), removed=removed, kept=kept, freed=freed)
 
 
 if __name__ == "__main__":

@@ -64,6 +64,71 @@ def test_a_symlinked_cache_path_is_refused_before_anything_is_removed(tmp_path):
     assert (tmp_path / "root/.cache").exists()
 
 
+
+def test_a_folder_that_becomes_a_link_after_the_check_removes_nothing_through_it(
+        tmp_path, monkeypatch):
+    """issue 53: the check found no link on the way; while the first path is removed, the
+    working directory is replaced by a link to someone's data. The second path is then
+    reached through that link: nothing is removed there, and the result names it."""
+    root = tmp_path / "root"
+    wd = root / WD.lstrip("/")
+    (wd / "kernel_meta").mkdir(parents=True)
+    (wd / "kernel_meta/op.o").write_text("ours")
+    (root / "root/.cache").mkdir(parents=True)
+    (root / "root/.cache/x").write_text("ours")
+    theirs = tmp_path / "theirs"
+    (theirs / "kernel_meta").mkdir(parents=True)
+    (theirs / "kernel_meta/precious").write_text("not a cache")
+    size = cache_clean._size
+
+    def swap_then_size(path):
+        if path.endswith("/root/.cache") and not wd.is_symlink():
+            wd.rename(wd.with_name("qwen3.moved"))
+            wd.symlink_to(theirs)
+        return size(path)
+
+    monkeypatch.setattr(cache_clean, "_size", swap_then_size)
+    got = cache_clean.clean(["/root/.cache", f"{WD}/kernel_meta"], WD, root=str(root))
+    assert (theirs / "kernel_meta/precious").read_text() == "not a cache"
+    assert list(got["removed"]) == ["/root/.cache"] and not (root / "root/.cache").exists()
+    assert got["kept"] == {f"{WD}/kernel_meta": "a folder above it is a symlink now (it was "
+                                                "not when checked); nothing was removed there"}
+
+
+
+def test_the_module_stops_and_names_a_path_it_kept_and_what_it_removed(monkeypatch, capsys):
+    """A path kept because a folder above it became a link fails the task, naming it and
+    what was removed (not a "freed N bytes" as if the clean were whole)."""
+    import importlib.util
+    import json
+    import sys
+
+    from ansible.module_utils import basic
+
+    monkeypatch.setitem(sys.modules, "ansible.module_utils.a3rl_cache_clean", cache_clean)
+    spec = importlib.util.spec_from_file_location(
+        "a3rl_cache_clean_module",
+        Path(__file__).resolve().parents[2] / "plugins/modules/a3rl_cache_clean.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def clean(paths, workdir, check=False, root="/"):
+        if check:
+            return {"removed": {}, "kept": {}, "freed": 0, "changed": False}
+        return {"removed": {"/root/.cache": 5}, "kept": {f"{WD}/kernel_meta": "why"},
+                "freed": 5, "changed": True}
+
+    monkeypatch.setattr(cache_clean, "clean", clean)
+    args = {"workdir": WD, "paths": ["/root/.cache", f"{WD}/kernel_meta"], "container": ""}
+    monkeypatch.setattr(basic, "_ANSIBLE_ARGS",
+                        json.dumps({"ANSIBLE_MODULE_ARGS": args}).encode())
+    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy")  # as AnsiballZ sets it
+    with pytest.raises(SystemExit):
+        module.main()
+    got = json.loads(capsys.readouterr().out)
+    assert got["failed"] and got["changed"] and got["kept"] == {f"{WD}/kernel_meta": "why"}
+    assert got["msg"].startswith(f"kept '{WD}/kernel_meta': why. Removed: ['/root/.cache']. Fix:")
+
 def _row(**kw):
     base = {"driver": "25.3.rc1", "firmware": "7.8", "npus": 16, "npu_problems": [],
             "image_id": "sha256:" + "a" * 64, "container": "running", "free_bytes": 10**12}

@@ -9,8 +9,12 @@ alike:
 - a path must be one of that set (``allowed``), whatever the variables say;
 - empty, relative, ``/``, ``..``-bearing and glob or shell-expansion values are refused
   with a message saying which rule they break (before the set is consulted);
-- the path itself must not be a symlink (it could point anywhere); a symlink *inside* a
-  cache folder is removed as a link, never followed.
+- the path itself must not be a symlink (it could point anywhere), nor any folder above
+  it (its real path must be the path); a symlink *inside* a cache folder is removed as a
+  link, never followed;
+- the removal itself opens every folder on the way without following a link, so a folder
+  above a path that became a link after the check removes nothing there: that path is
+  kept and named (``kept``), and the module stops with it.
 
 Runs on the nodes as Ansible module_utils, and as a script in the training container
 (``python3 - --json ...`` on stdin): standard library only.
@@ -18,10 +22,10 @@ Runs on the nodes as Ansible module_utils, and as a script in the training conta
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import posixpath
-import shutil
 import stat
 import sys
 from typing import Any
@@ -107,7 +111,8 @@ def plan(values: list[Any], workdir: str, root: str = "/") -> tuple[list[str], l
         expected = os.path.join(os.path.realpath(root), value.lstrip("/"))
         if os.path.islink(full):
             problems.append(f"{value!r}: is a symlink (to {os.readlink(full)!r}); refused, "
-                            "it could point outside the cache set")
+                            "it could point outside the cache set. Fix: remove the link, or "
+                            "leave that path out of cache_clean_paths")
         elif os.path.lexists(full) and os.path.realpath(full) != expected:
             problems.append(f"{value!r}: a folder above it is a symlink (its real path is "
                             f"{os.path.realpath(full)!r}); refused, it could point outside "
@@ -117,22 +122,64 @@ def plan(values: list[Any], workdir: str, root: str = "/") -> tuple[list[str], l
     return targets, problems
 
 
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+
+
+def _remove_at(dir_fd: int, name: str) -> None:
+    """Remove ``name`` in the folder ``dir_fd`` and all under it, following no link."""
+    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(name, dir_fd=dir_fd)
+        return
+    fd = os.open(name, _DIR, dir_fd=dir_fd)
+    try:
+        with os.scandir(fd) as entries:
+            names = [e.name for e in entries]
+        for child in names:
+            _remove_at(fd, child)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=dir_fd)
+
+
+def _remove(root: str, value: str) -> None:
+    """Remove ``value`` under ``root``: every folder from ``root`` down is opened without
+    following a link (OSError, ELOOP or ENOTDIR, when one is a link)."""
+    *folders, name = [p for p in value.split("/") if p]
+    fd = os.open(os.path.realpath(root), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for folder in folders:
+            next_fd = os.open(folder, _DIR, dir_fd=fd)
+            os.close(fd)
+            fd = next_fd
+        _remove_at(fd, name)
+    finally:
+        os.close(fd)
+
+
 def clean(values: list[Any], workdir: str, check: bool = False, root: str = "/"
           ) -> dict[str, Any]:
-    """Remove the cache paths; every value is checked first, nothing is removed on a problem."""
+    """Remove the cache paths; every value is checked first, nothing is removed on a problem.
+    A path a folder above which became a link since the check is kept, with why."""
     targets, problems = plan(values, workdir, root)
     if problems:
         raise CacheError("; ".join(problems))
-    removed = {}
+    removed, kept = {}, {}
     for value in targets:
         full = os.path.join(root, value.lstrip("/"))
-        removed[value] = _size(full)
+        size = _size(full)
         if not check:
-            if os.path.isdir(full) and not os.path.islink(full):
-                shutil.rmtree(full)
-            else:
-                os.unlink(full)
-    return {"removed": removed, "freed": sum(removed.values()), "changed": bool(removed)}
+            try:
+                _remove(root, value)
+            except OSError as e:
+                if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                kept[value] = ("a folder above it is a symlink now (it was not when checked); "
+                               "nothing was removed there")
+                continue
+        removed[value] = size
+    return {"removed": removed, "kept": kept, "freed": sum(removed.values()),
+            "changed": bool(removed)}
 
 
 def main(argv: list[str]) -> int:
