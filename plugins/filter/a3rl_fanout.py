@@ -10,7 +10,7 @@ from a3rl.node import fanout
 def fanout_plan(nodes, files, *, port, mode="chain", min_bytes=0, run="",
                 connect_timeout=60, io_timeout=60, min_rate=10e6):
     """a3rl.node.fanout.plan; a bad setting becomes a filter error carrying our message.
-    ``port``, artifact_store_fanout_port, has no default here: the role states it."""
+    ``port``, a3rl_fanout_port, has no default here: the role states it."""
     try:
         return fanout.plan([dict(n) for n in nodes], [dict(f) for f in files], mode=str(mode),
                            port=int(port), min_bytes=int(min_bytes), run=str(run),

@@ -224,7 +224,7 @@ def main():
             module.exit_json(changed=False, reachable=False, error=str(e), jobs=[], active=[],
                              stopped=[])
         module.fail_json(msg=f"the Ray job API on the head does not answer ({e}). Fix: start "
-                             "Ray (playbooks/ray.yml), or check ray_cluster_dashboard_bind.")
+                             "Ray (playbooks/ray.yml), or check a3rl_ray_dashboard_bind.")
     running = active(jobs)
     result = {"reachable": True, "jobs": jobs, "active": [describe(j) for j in running]}
     if p["action"] == "list":

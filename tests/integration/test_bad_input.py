@@ -320,8 +320,8 @@ CASES: dict[str, Case] = {
         "node2: recipe_env_master_port '٢٩٥٠٠' is not a TCP port", "Fix:"),
         _node2("recipe_env_master_port", "٢٩٥٠٠")),
     "a fan-out port with letters": Case("preflight (inventory)", SITE, (
-        "node1, node2: artifact_store_fanout_port '29470abc' is not a TCP port", "Fix:"),
-        _group_vars(artifact_store_fanout_port="29470abc")),
+        "node1, node2: a3rl_fanout_port '29470abc' is not a TCP port", "Fix:"),
+        _group_vars(a3rl_fanout_port="29470abc")),
     "a fan-out minimum with a unit": Case("preflight (inventory)", SITE, (
         "node1, node2: artifact_store_fanout_min_bytes '1GB' is not a whole number",
         "Fix: write it as plain digits"), _group_vars(artifact_store_fanout_min_bytes="1GB")),
@@ -383,8 +383,8 @@ CASES: dict[str, Case] = {
         "node1, node2: ray_cluster_firewall_open_ports is '22' (a string), not a list",
         "Fix: give a list"), extravars={"ray_cluster_firewall_open_ports": "22"}),
     "two listeners on one port": Case("preflight (inventory)", SITE, (
-        "node1, node2: artifact_store_fanout_port 29450 overlaps ray_cluster_node_manager_port "
-        "29450", "Fix: move one of them"), _group_vars(artifact_store_fanout_port=29450)),
+        "node1, node2: a3rl_fanout_port 29450 overlaps ray_cluster_node_manager_port "
+        "29450", "Fix: move one of them"), _group_vars(a3rl_fanout_port=29450)),
     "a system folder as the data root": Case("preflight (inventory)", SITE, (
         "node1, node2: a3rl_data_root '/etc' is a folder of the operating system", "Fix:"),
         _group_vars(a3rl_data_root="/etc")),
@@ -417,22 +417,22 @@ CASES: dict[str, Case] = {
         _group_vars(a3rl_workdir="/proc/a3rl")),
     "an HCCL env key with a command in it": Case("preflight (inventory)", SITE, (
         "recipe_env_hccl: 'HCCL_X$(id)' is not a shell variable name", "Fix:"),
-        _group_vars(recipe_env_hccl={"HCCL_X$(id)": "1", "HCCL_IF_BASE_PORT": 64021})),
+        _group_vars(recipe_env_hccl={"HCCL_X$(id)": "1", "HCCL_BUFFSIZE": 300})),
     "a Ray port of 65536": Case("preflight (inventory)", SITE, (
         "node1, node2: ray_cluster_gcs_port 65536 is not a TCP port", "Fix:"),
         _group_vars(ray_cluster_gcs_port=65536)),
     "HCCL's port range past 65535": Case("preflight (inventory)", SITE, (
-        "recipe_env_hccl.HCCL_IF_BASE_PORT 65530 with recipe_env_hccl_port_count",
+        "a3rl_hccl_base_port 65530 with a3rl_hccl_port_count",
         "is not a range of ports within 1024-65535", "Fix:"),
-        _group_vars(recipe_env_hccl={"HCCL_IF_BASE_PORT": 65530})),
+        _group_vars(a3rl_hccl_base_port=65530)),
     "Ray's worker port range upside down": Case("preflight (inventory)", SITE, (
         "ray_cluster_min_worker_port 19999 is above ray_cluster_max_worker_port 10002",
         "Fix:"), _group_vars(ray_cluster_min_worker_port=19999,
                              ray_cluster_max_worker_port=10002)),
     "a fan-out port inside Ray's worker ports": Case("preflight (inventory)", SITE, (
         "Ray's worker ports 10002-19999 (ray_cluster_min_worker_port..ray_cluster_max_worker_"
-        "port) overlaps artifact_store_fanout_port 15000", "Fix: move one of them"),
-        _group_vars(artifact_store_fanout_port=15000)),
+        "port) overlaps a3rl_fanout_port 15000", "Fix: move one of them"),
+        _group_vars(a3rl_fanout_port=15000)),
     "an open firewall port that is a Ray port": Case("preflight (inventory)", SITE, (
         "ray_cluster_firewall_open_ports entry '29450' opens ray_cluster_node_manager_port "
         "29450 to every source", "Fix: take it out"),
@@ -510,8 +510,8 @@ CASES: dict[str, Case] = {
         "node1, node2: ray_action 'reload' is not one of start, stop, restart, status",
         "Fix: set ray_action to one of them"), extravars={"ray_action": "reload"}),
     "a dashboard bind that is not a choice": Case("ray settings", RAY, (
-        "node1, node2: ray_cluster_dashboard_bind 'public' is not one of loopback, cluster, "
-        "any", "Fix:"), extravars={"ray_cluster_dashboard_bind": "public"}),
+        "node1, node2: a3rl_ray_dashboard_bind 'public' is not one of loopback, cluster, "
+        "any", "Fix:"), extravars={"a3rl_ray_dashboard_bind": "public"}),
     "a cache-clean input name of an earlier release": Case("cache_clean arguments", CLEAN, (
         "-e force= is no longer read (it was renamed). Fix: pass -e cache_clean_force=true",),
         extravars={"force": "true"}, host="node1"),

@@ -716,15 +716,20 @@ def test_the_chain_port_is_not_blocked_or_taken_by_ray_hccl_or_ephemeral_ports()
     outside the cluster: the relays' port must not be one of them (a re-run of the Ray
     role would then cut the chain), nor HCCL's reserved range, nor Linux's ephemeral
     range (an outgoing connection could hold it)."""
+    from a3rl.paths import project_root
     from a3rl.planning import ray
 
     cl = _yaml("group_vars/all/cluster.yml")
-    assert _yaml("roles/artifact_store/defaults/main.yml")[
-        "artifact_store_fanout_port"] == "{{ a3rl_fanout_port }}"
+    # The relays and the firewall read the one cluster-wide port.
+    assert "port=a3rl_fanout_port," in (
+        project_root() / "roles/artifact_store/tasks/transfer.yml").read_text()
+    assert "{{ a3rl_fanout_port }}" in _yaml("roles/ray_cluster/defaults/main.yml")[
+        "ray_cluster_firewall_peer_ports"]
     port = cl["a3rl_fanout_port"]
     rd = _yaml("roles/ray_cluster/defaults/main.yml")
     resolved = {k: (cl[v.strip("{} ")] if isinstance(v, str) and v.startswith("{{") else v)
                 for k, v in rd.items() if k.startswith("ray_cluster_") and k.endswith("_port")}
+    resolved["ray_cluster_dashboard_port"] = cl["a3rl_ray_dashboard_port"]
     names = ("gcs", "dashboard", "client_server", "node_manager", "object_manager",
              "runtime_env_agent", "dashboard_agent_grpc", "dashboard_agent_http",
              "metrics_export", "min_worker", "max_worker")

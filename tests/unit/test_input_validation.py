@@ -265,7 +265,7 @@ def test_a_node_missing_from_the_host_variables_is_named_not_a_keyerror():
 @pytest.mark.parametrize(("name", "value"), [
     ("ray_cluster_gcs_port", "abc"), ("ray_cluster_gcs_port", 0), ("ray_cluster_gcs_port", 70000),
     ("a3rl_ray_dashboard_port", "٨٢٦٥"), ("ray_cluster_min_worker_port", -1),
-    ("artifact_store_fanout_port", "29470abc"), ("recipe_env_master_port", True),
+    ("a3rl_fanout_port", "29470abc"), ("recipe_env_master_port", True),
     ("ray_cluster_metrics_export_port", 29455.5),
 ])
 def test_a_port_that_is_not_a_tcp_port_is_refused_naming_the_hosts(name, value):
@@ -287,7 +287,8 @@ def test_a_size_or_count_with_a_unit_or_out_of_range_is_refused(name, value):
 
 
 def test_settings_as_the_inventory_writes_them_pass():
-    groups, hv = _inv(ray_cluster_gcs_port="6379", artifact_store_fanout_port=29470,
+    groups, hv = _inv(ray_cluster_gcs_port="6379", a3rl_fanout_port=29470,
+                      a3rl_hccl_base_port="64021",
                       artifact_store_fanout_min_bytes=0, artifact_store_bwlimit="0",
                       preflight_disk_requirements=[{"path": "/data", "min_free_gb": "1.5"}],
                       ray_cluster_firewall_allow=["10.0.0.0/24", "192.168.1.7"])
@@ -406,8 +407,8 @@ def _fan_nodes(*hosts):
 
 
 @pytest.mark.parametrize(("kwargs", "needle"), [
-    ({"port": "29470abc"}, "artifact_store_fanout_port '29470abc' is not a TCP port"),
-    ({"port": 0}, "artifact_store_fanout_port 0"),
+    ({"port": "29470abc"}, "a3rl_fanout_port '29470abc' is not a TCP port"),
+    ({"port": 0}, "a3rl_fanout_port 0"),
     ({"min_bytes": "1GB"}, "artifact_store_fanout_min_bytes '1GB' is not a whole number"),
     ({"min_bytes": -1}, "artifact_store_fanout_min_bytes -1"),
 ])
@@ -480,11 +481,11 @@ def test_the_list_settings_are_the_roles_own_from_their_specs(tmp_path):
 
 
 @pytest.mark.parametrize(("values", "needles"), [
-    ({"artifact_store_fanout_port": 29450},
-     ["artifact_store_fanout_port 29450 overlaps ray_cluster_node_manager_port 29450"]),
+    ({"a3rl_fanout_port": 29450},
+     ["a3rl_fanout_port 29450 overlaps ray_cluster_node_manager_port 29450"]),
     ({"a3rl_ray_gcs_port": 8260, "a3rl_ray_dashboard_port": 8260},
      ["a3rl_ray_dashboard_port 8260 overlaps a3rl_ray_gcs_port 8260"]),
-    ({"recipe_env_hccl": {"HCCL_IF_BASE_PORT": 10000}},
+    ({"a3rl_hccl_base_port": 10000},
      ["the HCCL ports 10000-10031", "overlaps ray_cluster_client_server_port 10001, "
       "Ray's worker ports 10002-19999"]),
     ({"ray_cluster_metrics_export_port": 23500},
@@ -492,8 +493,10 @@ def test_the_list_settings_are_the_roles_own_from_their_specs(tmp_path):
       "ray_cluster_metrics_export_port 23500"]),
     ({"ray_cluster_min_worker_port": 20000, "ray_cluster_max_worker_port": 19999},
      ["ray_cluster_min_worker_port 20000 is above ray_cluster_max_worker_port 19999"]),
-    ({"recipe_env_hccl": {"HCCL_IF_BASE_PORT": 65530}},
-     ["HCCL_IF_BASE_PORT 65530 with recipe_env_hccl_port_count 32 is not a range"]),
+    ({"a3rl_hccl_base_port": 65530},
+     ["a3rl_hccl_base_port 65530 with a3rl_hccl_port_count 32 is not a range"]),
+    ({"a3rl_hccl_base_port": 64000, "a3rl_hccl_port_count": "x"},
+     ["a3rl_hccl_base_port 64000 with a3rl_hccl_port_count 'x' is not a range"]),
     ({"ray_cluster_firewall_open_ports": ["22", "65536"]},
      ["ray_cluster_firewall_open_ports entry '65536' is not a port"]),
     ({"ray_cluster_firewall_open_ports": ["0"]}, ["entry '0' is not a port"]),
@@ -611,7 +614,11 @@ def test_preflight_refuses_a_group_the_store_would_fetch_nothing_for():
     ("node2", {"a3rl_default_model": "qwen3_32b\n"}, "is not a model profile key"),
     ("node2", {"a3rl_models": {"q": {"name": "Qwen3 32B"}}}, "a3rl_models.q.name 'Qwen3 32B'"),
     ("node2", {"recipe_env_extra": {"MY VAR": 1}}, "recipe_env_extra: 'MY VAR' is not a shell"),
-    ("node2", {"recipe_env_hccl": {"HCCL_IF_BASE_PORT": 64021, "X=1;": 2}}, "'X=1;' is not"),
+    ("node2", {"recipe_env_hccl": {"HCCL_CONNECT_TIMEOUT": 7200, "X=1;": 2}}, "'X=1;' is not"),
+    ("node2", {"recipe_env_hccl": {"HCCL_IF_BASE_PORT": 64021}},
+     "recipe_env_hccl sets HCCL_IF_BASE_PORT, which is a3rl_hccl_base_port"),
+    ("node2", {"recipe_env_extra": {"HCCL_IF_BASE_PORT": 64021}},
+     "Fix: drop HCCL_IF_BASE_PORT from recipe_env_extra and set a3rl_hccl_base_port instead"),
 ])
 def test_a_value_with_a_newline_quote_or_space_for_a_script_is_refused(host, values, needle):
     [msg] = pf.setting_problems([host], {host: values})
@@ -705,7 +712,7 @@ def test_the_ray_roles_extra_resources_as_a_string_is_refused_by_name():
 
 @pytest.mark.parametrize(("name", "value", "choices"), [
     ("a3rl_ray_dashboard_bind", "0.0.0.0", "loopback, cluster, any"),
-    ("ray_cluster_dashboard_bind", "127.0.0.1", "loopback, cluster, any"),
+    ("a3rl_ray_dashboard_bind", "127.0.0.1", "loopback, cluster, any"),
     ("ray_cluster_auth", "tokn", "auto, token, none"),
     ("cann_image_source", "docker", "tarball, registry, build"),
     ("a3rl_ray_mode", "podman", "container, host"),
@@ -721,8 +728,8 @@ def test_preflight_refuses_a_value_the_roles_spec_does_not_list(name, value, cho
 
 def test_the_choices_preflight_checks_come_from_the_specs_and_yaml_booleans_pass():
     found = pf.choice_settings()
-    assert found["ray_cluster_dashboard_bind"] == ("ray_cluster", ("loopback", "cluster", "any"))
-    assert found["a3rl_ray_dashboard_bind"] == found["ray_cluster_dashboard_bind"]  # handed on
+    assert found["a3rl_ray_dashboard_bind"] == ("ray_cluster", ("loopback", "cluster", "any"))
+    assert found["ray_action"] == found["ray_cluster_action"]  # handed on
     good = {"a3rl_ray_dashboard_bind": "cluster", "ray_cluster_auth": "none",
             "training_container_restart_policy": False, "mcore_checkpoint_alltoall_overlap": "1",
             "weights": "random"}
@@ -735,9 +742,9 @@ def test_every_play_that_reaches_the_job_api_refuses_an_address_as_the_bind():
     from ansible.errors import AnsibleFilterError
 
     url = _filters()["a3rl_ray_dashboard_url"]
-    with pytest.raises(AnsibleFilterError, match=r"^ray_cluster_dashboard_bind "
-                       r"\(a3rl_ray_dashboard_bind\) '0.0.0.0' is not one of loopback, "
-                       r"cluster, any.*Fix: set a3rl_ray_dashboard_bind to loopback"):
+    with pytest.raises(AnsibleFilterError, match=r"^a3rl_ray_dashboard_bind '0.0.0.0' "
+                       r"is not one of loopback, cluster, any.*"
+                       r"Fix: set a3rl_ray_dashboard_bind to loopback"):
         url("0.0.0.0", "10.0.0.1", 8260)
     assert url("any", "10.0.0.1", 8260) == "http://127.0.0.1:8260"
 

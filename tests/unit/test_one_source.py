@@ -201,19 +201,6 @@ def default_fallbacks(root: Path) -> list[str]:
     return found
 
 
-# Reads still to remove, each with what stands in the way; the test fails when one is
-# gone too, so that this list only shrinks.
-_PEERS = "roles/ray_cluster/defaults/main.yml: ray_cluster_firewall_peer_ports falls back to "
-_PEERS_WHY = ("the ray play loads neither recipe_env nor artifact_store: the fix drops "
-       "recipe_env_hccl_port_count and artifact_store_fanout_port for the cluster-wide "
-       "names, which preflight's port checks and their bad-input cases name too")
-KNOWN_FALLBACKS: dict[str, str] = {
-    _PEERS + "recipe_env_hccl (role recipe_env)": _PEERS_WHY,
-    _PEERS + "recipe_env_hccl_port_count (role recipe_env)": _PEERS_WHY,
-    _PEERS + "artifact_store_fanout_port (role artifact_store)": _PEERS_WHY,
-}
-
-
 def test_no_role_variable_is_read_by_three_or_more_other_roles():
     wide = {name: readers for name, readers in other_role_reads(ROOT).items()
             if len(readers) > MOST_OTHER_READERS}
@@ -225,12 +212,9 @@ def test_no_role_variable_is_read_by_three_or_more_other_roles():
 
 def test_no_role_default_falls_back_to_another_roles_variable():
     found = default_fallbacks(ROOT)
-    new = [f for f in found if f not in KNOWN_FALLBACKS]
-    assert not new, "\n".join(new) + (
+    assert not found, "\n".join(found) + (
         "\nRead the cluster-wide a3rl_* name in group_vars/all instead, or declare the "
         "variable as an input of the role (meta/argument_specs.yml) and pass it")
-    gone = sorted(set(KNOWN_FALLBACKS) - set(found))
-    assert not gone, f"no longer found, remove from KNOWN_FALLBACKS: {gone}"
 
 
 def test_the_cross_role_scan_counts_values_not_keys(tmp_path):

@@ -94,7 +94,8 @@ def render_cluster_env(tmp_path: Path, **overrides) -> Path:
               "groups": {"a3_nodes": ["node1"], "head": ["node1"]},
               "hostvars": {"node1": {"cluster_ip": "10.0.0.1"}}, "cluster_ip": "10.0.0.1",
               "npus_per_node": 16, "recipe_env_nic": "eth0", "recipe_env_master_port": 29444,
-              "recipe_env_cann_set_env": [], "recipe_env_open_files": soft,
+              "a3rl_hccl_base_port": 64021, "recipe_env_cann_set_env": [],
+              "recipe_env_open_files": soft,
               "recipe_env_custom_opp_dir": str(tmp_path / "wd/vllm_ascend/_cann_ops_custom"
                                                "/vendors/vllm-ascend"), **overrides}
     out = tmp_path / "cluster_env.sh"

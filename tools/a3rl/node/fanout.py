@@ -155,7 +155,7 @@ def plan(
             f"artifact_store_fanout is {mode!r}; it must be one of {', '.join(MODES)}")
     port_n = whole_number(port)
     if port_n is None or not 0 < port_n < 65536:
-        raise FanoutError(f"artifact_store_fanout_port {port!r} is not a TCP port (1-65535). "
+        raise FanoutError(f"a3rl_fanout_port {port!r} is not a TCP port (1-65535). "
                           "Fix: set it to a free port, as plain digits.")
     port = port_n
     if whole_number(min_bytes) is None or whole_number(min_bytes) < 0:

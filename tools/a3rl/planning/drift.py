@@ -347,7 +347,7 @@ def project_cluster_env(v: Mapping[str, Any]) -> dict[str, str]:
     """The cluster env script's variables as the recipe_env role renders them
     (``cluster_env.sh.j2``), from the role's variables; per-node values (addresses,
     NIC) are left out: the inventory sets them."""
-    env: dict[str, str] = {}
+    env: dict[str, str] = {"HCCL_IF_BASE_PORT": str(v.get("a3rl_hccl_base_port", ""))}
     for group in ("recipe_env_hccl", "recipe_env_torch", "recipe_env_runtime",
                   "recipe_env_logging", "recipe_env_extra"):
         env.update({str(k): str(val) for k, val in (v.get(group) or {}).items()})
@@ -395,9 +395,8 @@ def ray_head_flags(tree: Path, script: str) -> dict[str, str]:
 
 def compare_ray_head(tree: Path, script: str, v: Mapping[str, Any]) -> list[Finding]:
     flags = ray_head_flags(tree, script)
-    bind = str(v.get("ray_cluster_dashboard_bind", v.get("a3rl_ray_dashboard_bind", "")))
-    project = {"--dashboard-port": str(v.get("ray_cluster_dashboard_port",
-                                             v.get("a3rl_ray_dashboard_port", ""))),
+    bind = str(v.get("a3rl_ray_dashboard_bind", ""))
+    project = {"--dashboard-port": str(v.get("a3rl_ray_dashboard_port", "")),
                "--dashboard-host": "127.0.0.1" if bind == "loopback" else bind}
     return [f for f in _compare_maps("env", script, flags, project) if f.key in flags]
 
@@ -698,7 +697,7 @@ def project_vars(root: Path, **given: Any) -> dict[str, Any]:
     ``group_vars/all/*.yml``, then the defaults of the roles whose variables drift
     compares (recipe_env, ray_cluster, frameworks), then ``given``. A value that is only
     a reference to another variable (``{{ a3rl_ray_gcs_port }}``, also as a mapping's
-    value: recipe_env_hccl's HCCL_IF_BASE_PORT) is resolved; other
+    value) is resolved; other
     templates stay as text, so pass such values (paths) in ``given``."""
     import yaml
 
@@ -717,7 +716,7 @@ def project_vars(root: Path, **given: Any) -> dict[str, Any]:
 
     for _ in range(3):
         for key, val in v.items():
-            if isinstance(val, dict):  # recipe_env_hccl's HCCL_IF_BASE_PORT, one level down
+            if isinstance(val, dict):  # a mapping's values, one level down
                 v[key] = {k: resolved(key, x) for k, x in val.items()}
             else:
                 v[key] = resolved(key, val)
@@ -728,8 +727,7 @@ def project_vars(root: Path, **given: Any) -> dict[str, Any]:
 PLAY_KEYS = (*plans.PROFILE_VARS, "a3rl_assets_dir", "a3rl_workdir", "a3rl_datasets",
              "a3rl_manifest", "npus_per_node", "frameworks_wheelhouse",
              "a3rl_recipe_drift", "a3rl_recipe_reviewed_patches", "a3rl_recipe_deviations",
-             "a3rl_recipe_site_deviations", "ray_cluster_dashboard_bind",
-             "ray_cluster_dashboard_port", "a3rl_ray_dashboard_bind", "a3rl_ray_dashboard_port",
+             "a3rl_recipe_site_deviations", "a3rl_ray_dashboard_bind", "a3rl_ray_dashboard_port",
              "a3rl_ray_gcs_port")
 
 

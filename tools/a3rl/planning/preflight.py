@@ -468,7 +468,7 @@ def port_settings(root: str = "") -> tuple[str, ...]:
     for role in LISTENER_ROLES:
         names += [k for k, opt in rolevars.spec_options(base / "roles" / role).items()
                   if k.endswith("_port") and opt.get("type") == "int"]
-    return tuple(names)
+    return tuple(dict.fromkeys(names))
 
 # Whole numbers >= 0 (0: none, or no floor) and > 0.
 COUNT_SETTINGS = ("artifact_store_fanout_min_bytes", "artifact_store_bwlimit")
@@ -490,6 +490,9 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # The env dicts rendered into cluster_env.sh as `export KEY=...`.
 ENV_SETTINGS = ("recipe_env_hccl", "recipe_env_torch", "recipe_env_runtime",
                 "recipe_env_logging", "recipe_env_extra")
+# Env variables cluster_env.sh exports from a cluster-wide setting that other roles read
+# too: an env dict of the inventory that sets one would part them.
+OWNED_ENV = {"HCCL_IF_BASE_PORT": "a3rl_hccl_base_port"}
 # Model profile keys, and the container every `docker exec` of a role names.
 MODEL_SETTINGS = ("a3rl_default_model", "recipe_env_model")
 CONTAINER_SETTING = re.compile(r"a3rl_training_container_name|[a-z0-9_]+_container")
@@ -607,6 +610,11 @@ def name_problems(host: str, hv: Mapping[str, Any]) -> list[tuple[str, str]]:
                 out.append((name, f"{name}: {str(key)!r} is not a shell variable name (letters, "
                                   "digits and _, not starting with a digit); cluster_env.sh "
                                   "exports it. Fix: rename it in the inventory."))
+            elif str(key) in OWNED_ENV:
+                owner = OWNED_ENV[str(key)]
+                out.append((name, f"{name} sets {key}, which is {owner} (the firewall and the "
+                                  f"reserved ports read {owner} too). Fix: drop {key} from "
+                                  f"{name} and set {owner} instead."))
     return out
 
 
@@ -654,7 +662,7 @@ def typed_settings(roles: str = "") -> dict[str, tuple[str, str]]:
 @functools.lru_cache(maxsize=4)
 def choice_settings(roles: str = "") -> dict[str, tuple[str, tuple[Any, ...]]]:
     """Every role variable whose argument spec lists its ``choices``, with its role and the
-    choices (``a3rl_ray_dashboard_bind`` through ``ray_cluster_dashboard_bind``'s default).
+    choices (``ray_action`` through ``ray_cluster_action``'s default).
     The role's own validation refuses another value only when the role starts: in
     site.yml, after every stage before it changed the nodes."""
     return _spec_settings(roles, lambda opt: tuple(opt["choices"]) if opt.get("choices")
@@ -700,6 +708,8 @@ def list_type_problems(hv: Mapping[str, Any]) -> list[tuple[str, str]]:
 # after every stage before Ray's changed the nodes.
 
 WORKER_RANGE = ("ray_cluster_min_worker_port", "ray_cluster_max_worker_port")
+# HCCL's host ports: a range from a first port, read as one listener.
+HCCL_BASE, HCCL_COUNT = "a3rl_hccl_base_port", "a3rl_hccl_port_count"
 FIXED_LISTENERS = (
     ("Ray's dashboard metrics port (fixed by Ray)", ray.DASHBOARD_METRICS_PORT,
      ray.DASHBOARD_METRICS_PORT),
@@ -725,18 +735,23 @@ def listener_defaults(root: str = "") -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=4)
 def listener_settings(root: str = "") -> tuple[str, ...]:
-    """The listener roles' single ports (the worker range is read as a range), each
-    listener once: a setting whose default only names a cluster-wide port another one
-    already follows (recipe_env_master_port, the GCS port) is the same listener."""
+    """The single ports nodes listen on (the worker range and HCCL's are read as ranges),
+    each listener once: the roles' settings first, where a setting whose default only
+    names a cluster-wide port another one already follows (recipe_env_master_port, the
+    GCS port) is the same listener; then the cluster-wide ports the roles read as they
+    are (a3rl_fanout_port). A role's own setting goes first so that its value, where the
+    inventory sets it, is the one checked."""
     defaults = listener_defaults(root)
     out: list[str] = []
-    seen: set[str] = set()
+    seen: set[str] = {*WORKER_RANGE, HCCL_BASE}
     cluster = rolevars.cluster_vars(Path(root) if root else project_root())
-    for name in port_settings(root):
+    names = dict.fromkeys(port_settings(root))
+    for name in [n for n in names if n not in cluster] + [n for n in names if n in cluster]:
         ref = _VAR_REF.fullmatch(str(defaults.get(name, "")))
-        if name not in cluster and name not in WORKER_RANGE and (not ref or ref[1] not in seen):
+        key = ref[1] if ref else name
+        if name not in seen and key not in seen:
             out.append(name)
-            seen.add(ref[1] if ref else name)
+            seen.add(key)
     return tuple(out)
 
 
@@ -785,26 +800,18 @@ def listener_spans(hv: Mapping[str, Any], defaults: Mapping[str, Any] | None = N
 
 def _hccl_span(hv: Mapping[str, Any], defaults: Mapping[str, Any]
                ) -> tuple[Span | None, str | None]:
-    """HCCL's host ports: ``recipe_env_hccl_port_count`` ports from HCCL_IF_BASE_PORT on,
-    as the recipe_env role reserves them (a recipe_env_hccl that is not a mapping is named by
-    the check of the dict-typed settings)."""
-    hccl, _ = _setting(hv, "recipe_env_hccl", defaults)
-    if not isinstance(hccl, Mapping):
-        return None, None
-    count_v, _ = _setting(hv, "recipe_env_hccl_port_count", defaults)
-    base_v = hccl.get("HCCL_IF_BASE_PORT")
-    ref = _VAR_REF.fullmatch(base_v) if isinstance(base_v, str) else None
-    if ref:  # the role's default names the cluster-wide value
-        base_v, _ = _setting(hv, ref.group(1), defaults)
+    """HCCL's host ports: ``a3rl_hccl_port_count`` ports from ``a3rl_hccl_base_port`` on,
+    as the recipe_env role reserves them and ray_cluster's firewall opens them."""
+    base_v, _ = _setting(hv, HCCL_BASE, defaults)
+    count_v, _ = _setting(hv, HCCL_COUNT, defaults)
     base, count = whole_number(base_v), whole_number(count_v)
     if base is None or count is None or count < 1 or base < 1024 or base + count - 1 > 65535:
-        return None, (f"recipe_env_hccl.HCCL_IF_BASE_PORT {base_v!r} with "
-                      f"recipe_env_hccl_port_count {count_v!r} is not a range of ports within "
-                      "1024-65535 (HCCL listens on that many ports from the base). Fix: set "
-                      "both as plain numbers, e.g. HCCL_IF_BASE_PORT: 64021 and 32.")
+        return None, (f"{HCCL_BASE} {base_v!r} with {HCCL_COUNT} {count_v!r} is not a range "
+                      "of ports within 1024-65535 (HCCL listens on that many ports from the "
+                      f"base). Fix: set both as plain numbers, e.g. {HCCL_BASE}: 64021 and "
+                      f"{HCCL_COUNT}: 32.")
     last = base + count - 1
-    return (f"the HCCL ports {base}-{last} (recipe_env_hccl.HCCL_IF_BASE_PORT + "
-            "recipe_env_hccl_port_count)", base, last), None
+    return (f"the HCCL ports {base}-{last} ({HCCL_BASE} + {HCCL_COUNT})", base, last), None
 
 
 def listener_problems(hv: Mapping[str, Any], defaults: Mapping[str, Any] | None = None

@@ -207,7 +207,7 @@ def firewall_rules(chain: str, node_ip: str, head_ip: str, node_ips: Iterable[st
     ``open_ports`` (SSH) pass; each other node of the cluster reaches the Ray ports it
     needs here (``ray_peer_ports``); ``allowed`` sources reach the head's dashboard and
     client server; then Ray's other ports are dropped for everyone, the other nodes
-    reach ``peer_ports`` (HCCL's host ports from HCCL_IF_BASE_PORT, the artifact chain's
+    reach ``peer_ports`` (HCCL's host ports from a3rl_hccl_base_port, the artifact chain's
     relay port) and ``ephemeral`` (the
     kernel's ephemeral range, which torch.distributed's store, gloo and HCCL with
     HCCL_HOST_SOCKET_PORT_RANGE=auto listen on), and anything else new is dropped.
@@ -389,7 +389,7 @@ def dashboard_host(bind: str, cluster_ip: str) -> str:
     argument spec checks the setting."""
     if str(bind) not in DASHBOARD_BINDS:
         raise RayConfigError(
-            f"ray_cluster_dashboard_bind (a3rl_ray_dashboard_bind) {bind!r} is not one of "
+            f"a3rl_ray_dashboard_bind {bind!r} is not one of "
             f"{', '.join(DASHBOARD_BINDS)}: an address is not a choice. Fix: set "
             "a3rl_ray_dashboard_bind to loopback (the head itself), cluster (the head's "
             "cluster_ip) or any.")
