@@ -25,14 +25,13 @@ import json
 import sys
 import time
 
-from a3rl.controller import strategy
 from a3rl.controller.runner import run_play
 from a3rl.node import metrics
 from a3rl.planning import rolevars
 from a3rl.sim import cluster, podman
 
 # (this folder is the script's first path entry: resume.py's helpers)
-from resume import CONTAINER, followed_goodput, job_log, submission, wait
+from resume import CONTAINER, followed_goodput, job_log, provisioned, submission, wait
 
 NAME = "bench-hang"
 TRAIN = "playbooks/train.yml"
@@ -85,16 +84,8 @@ def main() -> int:
     ap.add_argument("--stall", type=float, default=60, help="run_supervisor_stall_bound")
     ap.add_argument("--keep", action="store_true", help="leave the cluster up")
     a = ap.parse_args()
-    c = cluster.up(NAME, nodes=2, log=print, trainer="verl")
-    try:
-        site = run_play("site.yml", c.inventory_dir, quiet=True,
-                        extra_env=strategy.env(strategy.MITOGEN))
-        if not site.ok:
-            raise SystemExit(f"site.yml failed ({site.record})")
+    with provisioned(NAME, a.keep) as c:
         rows = [one(c, v, a) for v in ("step", "stall")]
-    finally:
-        if not a.keep:
-            cluster.down(NAME, log=print)
     print(f"\nOne GRPO run of {a.steps} steps (real verl on CPU, tiny model, 2 simulated "
           f"nodes); the worker's trainer stopped (SIGSTOP) after step {a.stop_after}; step "
           f"bound floor {a.floor:.0f} s, stall bound {a.stall:.0f} s")

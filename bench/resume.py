@@ -22,9 +22,11 @@ wall time and restarts; then the ratio of the two goodputs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
+from collections.abc import Iterator
 
 from a3rl.controller import goodput, strategy
 from a3rl.controller.runner import run_play
@@ -125,22 +127,30 @@ def followed_goodput(c: cluster.Cluster, args: dict, sid: str, variant: str) -> 
     return goodput.goodput(records, logs)
 
 
+@contextlib.contextmanager
+def provisioned(name: str, keep: bool) -> Iterator[cluster.Cluster]:
+    """A 2-node simulated cluster with real verl, site.yml run on it; removed afterwards
+    unless ``keep``."""
+    c = cluster.up(name, nodes=2, log=print, trainer="verl")
+    try:
+        site = run_play("site.yml", c.inventory_dir, quiet=True,
+                        extra_env=strategy.env(strategy.MITOGEN))
+        if not site.ok:
+            raise SystemExit(f"site.yml failed ({site.record})")
+        yield c
+    finally:
+        if not keep:
+            cluster.down(name, log=print)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--kill-after", type=int, default=3)
     ap.add_argument("--keep", action="store_true", help="leave the cluster up")
     a = ap.parse_args()
-    c = cluster.up(NAME, nodes=2, log=print, trainer="verl")
-    try:
-        site = run_play("site.yml", c.inventory_dir, quiet=True,
-                        extra_env=strategy.env(strategy.MITOGEN))
-        if not site.ok:
-            raise SystemExit(f"site.yml failed ({site.record})")
+    with provisioned(NAME, a.keep) as c:
         rows = [one(c, v, a.steps, a.kill_after) for v in ("supervised", "recipe")]
-    finally:
-        if not a.keep:
-            cluster.down(NAME, log=print)
     print(f"\nOne GRPO run of {a.steps} steps (real verl on CPU, tiny model, 2 simulated "
           f"nodes); the worker's training container killed after step {a.kill_after}")
     print(f"{'variant':>10} {'goodput':>8} {'wall s':>7} {'productive s':>12} "

@@ -13,6 +13,7 @@ from ansible.errors import AnsibleFilterError
 
 from a3rl.node import supervisor
 from a3rl.planning import supervision
+from tests.unit.test_one_source import _strings
 
 ROOT = Path(__file__).parents[2]
 DEFAULTS = yaml.safe_load((ROOT / "roles/run_supervisor/defaults/main.yml").read_text())
@@ -96,15 +97,6 @@ def test_the_play_types_them_in_its_check_phase_and_the_start_casts_nothing():
                     if "run_supervisor_" in line and cast in line], cast
 
 
-def _strings(node):
-    if isinstance(node, str):
-        yield node
-    elif isinstance(node, dict):
-        for value in node.values():
-            yield from _strings(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _strings(value)
 
 
 def test_no_file_of_the_run_is_written_to_a_name_in_tmp_anyone_could_guess():
