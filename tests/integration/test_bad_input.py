@@ -241,14 +241,16 @@ CASES: dict[str, Case] = {
         "controller: ray_cluster_auth is 'token' but Ray 2.48.0 has no token authentication",
         "Fix: use an image with Ray >= 2.52.0"), _group_vars(ray_cluster_auth="token")),
     # --- a training run, checked by its plan before anything is submitted ---
-    "an unknown algorithm": Case("train arguments", TRAIN, (
-        "value of train_job_algo must be one of: grpo, dapo, got: ppo",),
+    "an unknown algorithm": Case("train settings", TRAIN, (
+        "node1, node2: algo 'ppo' is not one of grpo, dapo (the role train_job reads it)",
+        "Fix: set algo to one of them"),
         extravars={"algo": "ppo"}, host="node1"),
     "an unknown model": Case("train plan", TRAIN, (
         "unknown model 'qwen3_8b': use one of qwen3_235b, qwen3_32b", "Fix: change -e"),
         extravars={"algo": "grpo", "model": "qwen3_8b"}, host="node1"),
-    "unknown weights": Case("train arguments", TRAIN, (
-        "value of train_job_weights must be one of: real, random, got: fp8",),
+    "unknown weights": Case("train settings", TRAIN, (
+        "node1, node2: weights 'fp8' is not one of real, random (the role model_weights reads",
+        "Fix: set weights to one of them"),
         extravars={"algo": "grpo", "weights": "fp8"}, host="node1"),
     "conflicting features": Case("train plan", TRAIN, (
         "features npugraph_ex and resampler cannot be used together", "Fix: change -e"),
@@ -276,8 +278,9 @@ CASES: dict[str, Case] = {
     "a derived value set by hand": Case("train plan", TRAIN, (
         "trainer.nnodes is computed from the node count; set that instead",),
         extravars={"algo": "grpo", "overrides": ["trainer.nnodes=3"]}, host="node1"),
-    "an unknown train action": Case("train arguments", TRAIN, (
-        "value of train_job_action must be one of: submit, stop, status, got: restart",),
+    "an unknown train action": Case("train settings", TRAIN, (
+        "node1, node2: train_job_action 'restart' is not one of submit, stop, status",
+        "Fix: set train_job_action to one of them"),
         extravars={"algo": "grpo", "train_job_action": "restart"}, host="node1"),
     "an input name of an earlier release": Case("train arguments", TRAIN, (
         "-e action= is no longer read (it was renamed). Fix: pass -e train_job_action=stop",),

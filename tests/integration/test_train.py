@@ -89,11 +89,14 @@ def test_a_run_end_to_end_to_its_report(up, algo):
     assert ansible_warnings(result) == []
     ident = _submission_id(result)
     # Following showed progress: every poll carried the job's step (none before the first
-    # step line), and the last one the final step of the total verl announced.
+    # step line), and the last one the final step of the total verl announced. Real verl
+    # runs for minutes, so it is polled while it runs; the stand-in's two steps take about
+    # 7 s, which a loaded machine can spend before the first poll.
     follow = [e["event_data"]["res"] for e in _events(result)
               if e["event"] in ("runner_retry", "runner_on_ok")
               and e["event_data"].get("task") == "Train | Follow the job until it ends"]
-    assert len(follow) >= 2 and all("progress" in r for r in follow), follow
+    assert len(follow) >= (2 if algo == "grpo" else 1), follow
+    assert all("progress" in r for r in follow), follow
     seen = [r["progress"]["step"] or 0 for r in follow]
     assert seen == sorted(seen) and follow[-1]["progress"]["step"] == 2
     assert follow[-1]["progress"]["total_steps"] == 2
