@@ -97,8 +97,6 @@ def test_the_play_types_them_in_its_check_phase_and_the_start_casts_nothing():
                     if "run_supervisor_" in line and cast in line], cast
 
 
-
-
 def test_no_file_of_the_run_is_written_to_a_name_in_tmp_anyone_could_guess():
     # /tmp/a3rl-<id>.tail, .log and -supervisor.tgz were root's, under ids `a3rl plan`
     # prints: a local user's symlink there made root overwrite any file.
